@@ -1,0 +1,45 @@
+# kplane: `make run` starts a broker, `make test` runs every test. Both set up first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+APT_PACKAGES := kcat
+CONFIG ?= configs/server.properties
+
+.PHONY: setup apt run test test-unit bench lint clean
+
+setup: $(STAMP) apt
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Debian packages the tests drive, installed only when missing.
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+run: setup
+	$(BIN)/kplane serve $(CONFIG)
+
+test: setup
+	$(BIN)/pytest -n 2 --dist loadgroup
+
+test-unit: setup
+	$(BIN)/pytest tests/unit
+
+bench: setup
+	$(BIN)/python bench/throughput.py
+
+lint: setup
+	$(BIN)/ruff check broker protocol tests bench
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

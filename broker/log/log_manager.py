@@ -1,0 +1,42 @@
+"""LogManager: the partitions this broker hosts."""
+
+from __future__ import annotations
+
+import threading
+
+from broker.log.log import MemoryLog
+from broker.log.partition import Partition, TopicPartition
+
+
+class LogManager:
+    """Creates, finds and deletes the Partitions hosted by this broker."""
+
+    def __init__(self) -> None:
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self._lock = threading.Lock()
+
+    def get(self, tp: TopicPartition) -> Partition | None:
+        """The hosted partition, or None."""
+        return self._partitions.get(tp)
+
+    def get_or_create(self, tp: TopicPartition, leader_epoch: int = 0) -> Partition:
+        """The hosted partition, created empty when missing."""
+        partition = self._partitions.get(tp)
+        if partition is None:
+            with self._lock:
+                partition = self._partitions.get(tp)
+                if partition is None:
+                    partition = Partition(tp, MemoryLog(), leader_epoch)
+                    self._partitions[tp] = partition
+        partition.leader_epoch = leader_epoch
+        return partition
+
+    def delete_topic(self, topic: str) -> None:
+        """Drop every partition of ``topic``."""
+        with self._lock:
+            for tp in [tp for tp in self._partitions if tp.topic == topic]:
+                del self._partitions[tp]
+
+    def partitions(self) -> list[Partition]:
+        """Every hosted partition."""
+        return list(self._partitions.values())

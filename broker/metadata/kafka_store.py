@@ -1,0 +1,272 @@
+"""KafkaMetadataClient: Kafka's ZooKeeper layout on top of any MetadataStore."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from broker.config.endpoint import EndPoint, SecurityProtocol
+from broker.metadata.store import (
+    BadVersionError,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+)
+
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """A live broker: id, advertised endpoints by listener name, rack."""
+
+    broker_id: int
+    endpoints: tuple[EndPoint, ...]
+    rack: str | None = None
+
+    def endpoint(self, listener_name: str) -> EndPoint | None:
+        """The advertised endpoint of ``listener_name``, or None."""
+        for endpoint in self.endpoints:
+            if endpoint.listener_name == listener_name:
+                return endpoint
+        return None
+
+    def to_json(self) -> bytes:
+        """The ``/brokers/ids/<id>`` document (KIP-103 / KIP-291 layout, version 4)."""
+        plaintext = self.endpoint("PLAINTEXT")
+        doc = {
+            "listener_security_protocol_map": {
+                e.listener_name: e.security_protocol.value for e in self.endpoints
+            },
+            "endpoints": [e.connection_string for e in self.endpoints],
+            "rack": self.rack,
+            "jmx_port": -1,
+            "host": plaintext.host if plaintext else None,
+            "port": plaintext.port if plaintext else -1,
+            "timestamp": str(int(time.time() * 1000)),
+            "version": 4,
+        }
+        return json.dumps(doc).encode()
+
+    @classmethod
+    def from_json(cls, broker_id: int, data: bytes) -> BrokerRegistration:
+        """Parse a ``/brokers/ids/<id>`` document."""
+        doc = json.loads(data)
+        protocols = doc.get("listener_security_protocol_map") or {}
+        endpoints = []
+        for text in doc.get("endpoints", []):
+            name, _, rest = text.partition("://")
+            host, _, port = rest.rpartition(":")
+            endpoints.append(
+                EndPoint(
+                    name,
+                    host.strip("[]"),
+                    int(port),
+                    SecurityProtocol(protocols.get(name, name)),
+                )
+            )
+        return cls(broker_id, tuple(endpoints), doc.get("rack"))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStateRecord:
+    """``/brokers/topics/<t>/partitions/<p>/state``: leader, epochs, ISR."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "controller_epoch": self.controller_epoch,
+                "leader": self.leader,
+                "version": 1,
+                "leader_epoch": self.leader_epoch,
+                "isr": list(self.isr),
+            }
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> PartitionStateRecord:
+        doc = json.loads(data)
+        return cls(doc["leader"], doc["leader_epoch"], tuple(doc["isr"]), doc["controller_epoch"])
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    """``/brokers/topics/<t>``: the topic id and each partition's replicas."""
+
+    topic_id: uuid.UUID
+    partitions: dict[int, tuple[int, ...]]
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "version": 3,
+                "topic_id": _encode_uuid(self.topic_id),
+                "partitions": {str(p): list(r) for p, r in sorted(self.partitions.items())},
+                "adding_replicas": {},
+                "removing_replicas": {},
+            }
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> TopicAssignment:
+        doc = json.loads(data)
+        return cls(
+            _decode_uuid(doc["topic_id"]),
+            {int(p): tuple(r) for p, r in doc["partitions"].items()},
+        )
+
+
+def _encode_uuid(value: uuid.UUID) -> str:
+    """Kafka writes topic ids in URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
+def _decode_uuid(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+class KafkaMetadataClient:
+    """Typed reads and writes of Kafka's znodes (KafkaZkClient's job)."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+
+    # cluster -------------------------------------------------------------------------
+    def get_or_create_cluster_id(self) -> str:
+        """The cluster id at ``/cluster/id``, generated once."""
+        try:
+            return str(json.loads(self.store.get("/cluster/id")[0])["id"])
+        except NoNodeError:
+            cluster_id = _encode_uuid(uuid.uuid4())
+            try:
+                self.store.create(
+                    "/cluster/id",
+                    json.dumps({"version": "1", "id": cluster_id}).encode(),
+                    makepath=True,
+                )
+            except NodeExistsError:
+                return self.get_or_create_cluster_id()
+            return cluster_id
+
+    # brokers -------------------------------------------------------------------------
+    def register_broker(self, registration: BrokerRegistration) -> None:
+        """Create the ephemeral ``/brokers/ids/<id>`` (NodeExistsError when taken)."""
+        self.store.create(
+            f"/brokers/ids/{registration.broker_id}",
+            registration.to_json(),
+            ephemeral=True,
+            makepath=True,
+        )
+
+    def get_brokers(self) -> list[BrokerRegistration]:
+        """Every registered broker."""
+        try:
+            ids = self.store.get_children("/brokers/ids")
+        except NoNodeError:
+            return []
+        brokers = []
+        for text in ids:
+            try:
+                data, _ = self.store.get(f"/brokers/ids/{text}")
+            except NoNodeError:
+                continue
+            brokers.append(BrokerRegistration.from_json(int(text), data))
+        return sorted(brokers, key=lambda b: b.broker_id)
+
+    # topics --------------------------------------------------------------------------
+    def get_topics(self) -> list[str]:
+        """Names of every topic."""
+        try:
+            return self.store.get_children("/brokers/topics")
+        except NoNodeError:
+            return []
+
+    def get_assignment(self, topic: str) -> TopicAssignment | None:
+        """The assignment of ``topic`` or None."""
+        try:
+            return TopicAssignment.from_json(self.store.get(f"/brokers/topics/{topic}")[0])
+        except NoNodeError:
+            return None
+
+    def create_topic(
+        self, topic: str, assignment: TopicAssignment, configs: dict[str, str]
+    ) -> None:
+        """Write the topic's config then its assignment (NodeExistsError if it exists)."""
+        if self.store.exists(f"/brokers/topics/{topic}") is not None:
+            raise NodeExistsError(topic)
+        self.set_topic_config(topic, configs)
+        self.store.create(f"/brokers/topics/{topic}", assignment.to_json(), makepath=True)
+
+    def set_assignment(self, topic: str, assignment: TopicAssignment) -> None:
+        """Replace the assignment of an existing topic (partitions added)."""
+        self.store.set(f"/brokers/topics/{topic}", assignment.to_json())
+
+    def delete_topic(self, topic: str) -> None:
+        """Remove the topic's assignment, partition states and config."""
+        for path in (f"/brokers/topics/{topic}", f"/config/topics/{topic}"):
+            try:
+                self.store.delete(path, recursive=True)
+            except NoNodeError:
+                pass
+
+    def set_partition_state(self, topic: str, partition: int, state: PartitionStateRecord) -> None:
+        """Write a partition's leader and ISR."""
+        self.store.set_or_create(
+            f"/brokers/topics/{topic}/partitions/{partition}/state", state.to_json()
+        )
+
+    def get_partition_state(self, topic: str, partition: int) -> PartitionStateRecord | None:
+        """A partition's leader and ISR, or None."""
+        try:
+            data, _ = self.store.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+        except NoNodeError:
+            return None
+        return PartitionStateRecord.from_json(data)
+
+    # configs -------------------------------------------------------------------------
+    def get_entity_config(self, entity_type: str, name: str) -> dict[str, str]:
+        """``/config/<type>/<name>`` as a dict (empty when missing)."""
+        try:
+            doc: dict[str, Any] = json.loads(self.store.get(f"/config/{entity_type}/{name}")[0])
+        except NoNodeError:
+            return {}
+        return {str(k): str(v) for k, v in doc.get("config", {}).items()}
+
+    def set_topic_config(self, topic: str, configs: dict[str, str]) -> None:
+        """Write ``/config/topics/<topic>``."""
+        self.store.set_or_create(
+            f"/config/topics/{topic}", json.dumps({"version": 1, "config": configs}).encode()
+        )
+
+    # producer ids --------------------------------------------------------------------
+    def next_producer_id_block(self, broker_id: int) -> range:
+        """Claim the next block of producer ids at ``/latest_producer_id_block``."""
+        path = "/latest_producer_id_block"
+        while True:
+            try:
+                data, stat = self.store.get(path)
+            except NoNodeError:
+                block = {"version": 1, "broker": broker_id, "block_start": "0",
+                         "block_end": str(PRODUCER_ID_BLOCK_SIZE - 1)}
+                try:
+                    self.store.create(path, json.dumps(block).encode())
+                    return range(0, PRODUCER_ID_BLOCK_SIZE)
+                except NodeExistsError:
+                    continue
+            start = int(json.loads(data)["block_end"]) + 1
+            block = {"version": 1, "broker": broker_id, "block_start": str(start),
+                     "block_end": str(start + PRODUCER_ID_BLOCK_SIZE - 1)}
+            try:
+                self.store.set(path, json.dumps(block).encode(), version=stat.version)
+            except BadVersionError:  # another broker won: try the next block
+                continue
+            return range(start, start + PRODUCER_ID_BLOCK_SIZE)

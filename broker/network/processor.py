@@ -1,0 +1,291 @@
+"""Processor: a thread with its own uvloop event loop that owns many connections.
+
+It reads size-prefixed frames, parses the request header, puts each request on the
+RequestChannel and writes the responses handlers hand back. A connection is muted while
+one of its requests is in flight, so responses keep request order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+import structlog
+import uvloop
+
+from broker.config.endpoint import EndPoint
+from broker.network.request_channel import Request, RequestChannel, Response
+from protocol.framing import FrameDecoder, FrameTooLarge, InvalidRequestHeader, parse_request_header
+
+log = structlog.get_logger(__name__)
+
+ANONYMOUS = "User:ANONYMOUS"
+RequestObserver = Callable[[Request, int], None]
+IdleObserver = Callable[[int, int], None]
+
+
+class KafkaConnection(asyncio.Protocol):
+    """One client connection: framing, muting, and the order of responses."""
+
+    def __init__(self, processor: Processor, connection_id: str, peer: tuple[str, int]) -> None:
+        self.processor = processor
+        self.connection_id = connection_id
+        self.peer = peer
+        self.transport: asyncio.Transport | None = None
+        self.decoder = FrameDecoder(processor.max_request_size)
+        self.pending: deque[bytes] = deque()
+        self.in_flight: Request | None = None
+        self.last_active = time.monotonic()
+        self.closing = False
+        self._reading_paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        started = time.monotonic_ns()
+        self.last_active = time.monotonic()
+        try:
+            frames = self.decoder.feed(data)
+        except FrameTooLarge as exc:
+            log.warning(
+                "closing connection: request frame too large",
+                connection=self.connection_id,
+                listener=self.processor.endpoint.listener_name,
+                size=exc.size,
+                limit=exc.limit,
+            )
+            self.close()
+            return
+        self.pending.extend(frames)
+        self.dispatch()
+        self.processor.busy_ns += time.monotonic_ns() - started
+
+    def dispatch(self) -> None:
+        """Send the next pending frame to the RequestChannel unless one is in flight."""
+        if self.in_flight is not None or self.closing:
+            return
+        if not self.pending:
+            if self._reading_paused and self.transport is not None:
+                self._reading_paused = False
+                self.transport.resume_reading()
+            return
+        frame = self.pending.popleft()
+        request = self.processor.build_request(self, frame)
+        if request is None:
+            self.close()
+            return
+        self.in_flight = request
+        if self.pending and not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self.processor.channel.send_request(request)
+
+    def send(self, response: Response) -> None:
+        """Write a response for the in-flight request, then unmute."""
+        if response.request is not self.in_flight or self.transport is None:
+            return
+        request = response.request
+        request.response_dequeue_ns = time.monotonic_ns()
+        if response.pieces:
+            self.transport.writelines(response.pieces)
+        self.processor.observe(request)
+        self.last_active = time.monotonic()
+        self.in_flight = None
+        if response.close_connection:
+            self.close()
+            return
+        self.dispatch()
+
+    def close(self) -> None:
+        """Close the connection (pending bytes already written are flushed first)."""
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.pending.clear()
+        self.processor.forget(self)
+
+
+class Processor:
+    """A network thread: runs connections of one listener on its own event loop."""
+
+    def __init__(
+        self,
+        processor_id: int,
+        endpoint: EndPoint,
+        channel: RequestChannel,
+        max_request_size: int,
+        connections_max_idle_ms: int,
+        is_known_api: Callable[[int], bool],
+        on_response_sent: RequestObserver | None = None,
+        on_idle: IdleObserver | None = None,
+    ) -> None:
+        self.id = processor_id
+        self.endpoint = endpoint
+        self.channel = channel
+        self.max_request_size = max_request_size
+        self.connections_max_idle_ms = connections_max_idle_ms
+        self._is_known_api = is_known_api
+        self._on_response_sent = on_response_sent
+        self._on_idle = on_idle
+        self.connections: dict[str, KafkaConnection] = {}
+        self._count = 0
+        self._count_lock = threading.Lock()
+        self._index = itertools.count()
+        self.busy_ns = 0
+        self.idle_connections_killed = 0
+        self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._run,
+            name=f"data-plane-kafka-network-thread-{endpoint.listener_name}-{processor_id}"
+            if channel.plane == "data"
+            else f"control-plane-kafka-network-thread-{processor_id}",
+            daemon=True,
+        )
+        self._stopped = threading.Event()
+
+    @property
+    def connection_count(self) -> int:
+        """Connections owned or being handed over (for least-loaded selection)."""
+        return self._count
+
+    def start(self) -> None:
+        """Start the thread and its loop."""
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._tick, time.monotonic_ns())
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
+            self._stopped.set()
+
+    def _tick(self, last_ns: int) -> None:
+        now_ns = time.monotonic_ns()
+        if self._on_idle is not None:
+            elapsed = now_ns - last_ns
+            self._on_idle(max(0, elapsed - self.busy_ns), elapsed)
+        self.busy_ns = 0
+        self._close_idle_connections()
+        self.loop.call_later(1.0, self._tick, now_ns)
+
+    def _close_idle_connections(self) -> None:
+        if self.connections_max_idle_ms <= 0:
+            return
+        deadline = time.monotonic() - self.connections_max_idle_ms / 1000.0
+        for conn in list(self.connections.values()):
+            if conn.in_flight is None and conn.last_active < deadline:
+                log.debug("closing idle connection", connection=conn.connection_id)
+                self.idle_connections_killed += 1
+                conn.close()
+
+    def accept(self, sock: socket.socket, addr: tuple[str, int]) -> None:
+        """Adopt an accepted socket (called from the Acceptor thread)."""
+        with self._count_lock:
+            self._count += 1
+        self.loop.call_soon_threadsafe(self._register, sock, addr)
+
+    def _register(self, sock: socket.socket, addr: tuple[str, int]) -> None:
+        local = sock.getsockname()
+        connection_id = f"{local[0]}:{local[1]}-{addr[0]}:{addr[1]}-{next(self._index)}"
+        conn = KafkaConnection(self, connection_id, (addr[0], addr[1]))
+        self.connections[connection_id] = conn
+
+        async def adopt() -> None:
+            try:
+                await self.loop.connect_accepted_socket(lambda: conn, sock)
+            except OSError as exc:
+                log.warning("could not adopt connection", connection=connection_id, error=str(exc))
+                self.forget(conn)
+                sock.close()
+
+        self.loop.create_task(adopt())
+
+    def forget(self, conn: KafkaConnection) -> None:
+        """Drop a closed connection."""
+        if self.connections.pop(conn.connection_id, None) is not None:
+            with self._count_lock:
+                self._count -= 1
+
+    def build_request(self, conn: KafkaConnection, frame: bytes) -> Request | None:
+        """Parse the header and wrap the frame; None when the connection must close."""
+        try:
+            header = parse_request_header(frame)
+        except InvalidRequestHeader as exc:
+            log.warning(
+                "closing connection: invalid request header",
+                connection=conn.connection_id,
+                error=str(exc),
+            )
+            return None
+        if not self._is_known_api(header.api_key):
+            log.warning(
+                "closing connection: unknown or unsupported api key",
+                connection=conn.connection_id,
+                listener=self.endpoint.listener_name,
+                api_key=header.api_key,
+                api_version=header.api_version,
+                client_id=header.client_id,
+            )
+            return None
+        return Request(
+            processor=self,
+            connection_id=conn.connection_id,
+            listener_name=self.endpoint.listener_name,
+            security_protocol=self.endpoint.security_protocol,
+            principal=ANONYMOUS,
+            client_host=conn.peer[0],
+            client_port=conn.peer[1],
+            header=header,
+            frame=frame,
+            plane=self.channel.plane,
+        )
+
+    def enqueue_response(self, response: Response) -> None:
+        """Hand a response to this Processor (thread-safe)."""
+        try:
+            self.loop.call_soon_threadsafe(self._send_response, response)
+        except RuntimeError:
+            pass  # the loop is closed: the connection is gone
+
+    def _send_response(self, response: Response) -> None:
+        started = time.monotonic_ns()
+        conn = self.connections.get(response.request.connection_id)
+        if conn is not None:
+            conn.send(response)
+        self.busy_ns += time.monotonic_ns() - started
+
+    def observe(self, request: Request) -> None:
+        """Report a completed request to the metrics observer."""
+        if self._on_response_sent is not None:
+            self._on_response_sent(request, time.monotonic_ns())
+
+    def in_flight(self) -> int:
+        """Requests of this Processor's connections waiting for an answer."""
+        return sum(1 for c in list(self.connections.values()) if c.in_flight is not None)
+
+    def shutdown(self) -> None:
+        """Close every connection and stop the loop."""
+        if self.loop.is_closed():
+            return
+
+        def close_all() -> None:
+            for conn in list(self.connections.values()):
+                conn.close()
+            self.loop.call_later(0.05, self.loop.stop)
+
+        try:
+            self.loop.call_soon_threadsafe(close_all)
+        except RuntimeError:
+            return
+        self._stopped.wait(timeout=5)

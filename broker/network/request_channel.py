@@ -1,0 +1,100 @@
+"""RequestChannel: the queue between Processors and RequestHandlers, and back.
+
+Kafka's back-pressure lives here: ``send_request`` blocks the calling Processor while the
+queue is full. The control plane (KIP-291) gets its own channel of 20 slots.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from broker.config.endpoint import SecurityProtocol
+from protocol.framing import RequestHeader
+
+DATA_PLANE = "data"
+CONTROL_PLANE = "control"
+CONTROL_PLANE_QUEUE_SIZE = 20
+
+
+class ResponseSink(Protocol):
+    """What a Processor offers handlers: a thread-safe way to hand a response back."""
+
+    def enqueue_response(self, response: Response) -> None: ...
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One request as it travels from a Processor to a handler, with its origin."""
+
+    processor: ResponseSink
+    connection_id: str
+    listener_name: str
+    security_protocol: SecurityProtocol
+    principal: str
+    client_host: str
+    client_port: int
+    header: RequestHeader
+    frame: bytes
+    plane: str = DATA_PLANE
+    start_ns: int = field(default_factory=time.monotonic_ns)
+    dequeue_ns: int = 0
+    api_local_complete_ns: int = 0
+    response_enqueue_ns: int = 0
+    response_dequeue_ns: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class Response:
+    """Frame pieces to write for ``request``; ``None`` writes nothing but unmutes."""
+
+    request: Request
+    pieces: list[bytes] | None
+    close_connection: bool = False
+
+
+class _Shutdown:
+    pass
+
+
+SHUTDOWN = _Shutdown()
+
+
+class RequestChannel:
+    """A bounded request queue for one plane, and the path back to each Processor."""
+
+    def __init__(self, queue_size: int, plane: str = DATA_PLANE) -> None:
+        self.plane = plane
+        self.queue_size = queue_size
+        self._queue: queue.Queue[Request | _Shutdown] = queue.Queue(maxsize=queue_size)
+
+    def send_request(self, request: Request) -> None:
+        """Enqueue a request, blocking while the queue is full."""
+        self._queue.put(request)
+
+    def receive_request(self, timeout: float | None = None) -> Request | _Shutdown | None:
+        """Next request, ``SHUTDOWN``, or ``None`` when ``timeout`` passed with nothing."""
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(item, Request):
+            item.dequeue_ns = time.monotonic_ns()
+        return item
+
+    def send_response(self, response: Response) -> None:
+        """Hand a response to the Processor that owns the request's connection."""
+        response.request.response_enqueue_ns = time.monotonic_ns()
+        response.request.processor.enqueue_response(response)
+
+    def send_shutdown(self, handlers: int) -> None:
+        """Wake ``handlers`` handler threads with the shutdown marker."""
+        for _ in range(handlers):
+            self._queue.put(SHUTDOWN)
+
+    @property
+    def size(self) -> int:
+        """Requests waiting in the queue (RequestQueueSize)."""
+        return self._queue.qsize()

@@ -1,0 +1,138 @@
+"""SocketServer: an Acceptor and a Processor pool per listener, the control plane apart."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from collections.abc import Callable
+
+import structlog
+
+from broker.config.endpoint import EndPoint
+from broker.network.acceptor import Acceptor, bind_listener
+from broker.network.processor import IdleObserver, Processor, RequestObserver
+from broker.network.request_channel import RequestChannel
+
+log = structlog.get_logger(__name__)
+
+
+@dataclasses.dataclass
+class SocketServerConfig:
+    """The settings the network layer reads from KafkaConfig."""
+
+    num_network_threads: int
+    socket_request_max_bytes: int
+    connections_max_idle_ms: int
+    socket_send_buffer_bytes: int = -1
+    socket_receive_buffer_bytes: int = -1
+
+
+class SocketServer:
+    """Binds every listener; data-plane listeners share the data RequestChannel."""
+
+    def __init__(
+        self,
+        listeners: tuple[EndPoint, ...],
+        control_plane_listener_name: str | None,
+        config: SocketServerConfig,
+        data_channel: RequestChannel,
+        control_channel: RequestChannel | None,
+        is_known_api: Callable[[int], bool],
+        on_response_sent: RequestObserver | None = None,
+        idle_observer: Callable[[Processor], IdleObserver] | None = None,
+    ) -> None:
+        self.listeners = listeners
+        self.control_plane_listener_name = control_plane_listener_name
+        self.config = config
+        self.data_channel = data_channel
+        self.control_channel = control_channel
+        self._is_known_api = is_known_api
+        self._on_response_sent = on_response_sent
+        self._idle_observer = idle_observer
+        self._ids = itertools.count()
+        self.acceptors: dict[str, Acceptor] = {}
+        self.processors: dict[str, list[Processor]] = {}
+        self.bound: dict[str, EndPoint] = {}
+
+    def bind(self) -> None:
+        """Bind every listener (all or nothing) and start the Processors.
+
+        Connections wait in the listen backlog until ``start`` starts the Acceptors.
+        """
+        sockets = []
+        for endpoint in self.listeners:
+            try:
+                sockets.append((endpoint, bind_listener(endpoint)))
+            except OSError as exc:
+                for _, sock in sockets:
+                    sock.close()
+                raise OSError(
+                    exc.errno,
+                    f"listener {endpoint.listener_name} cannot bind "
+                    f"{endpoint.host or '0.0.0.0'}:{endpoint.port}: {exc.strerror}",
+                ) from exc
+        for endpoint, sock in sockets:
+            control = endpoint.listener_name == self.control_plane_listener_name
+            channel = self.control_channel if control and self.control_channel else self.data_channel
+            count = 1 if control else self.config.num_network_threads
+            pool = [self._new_processor(endpoint, channel) for _ in range(count)]
+            self.processors[endpoint.listener_name] = pool
+            acceptor = Acceptor(
+                endpoint,
+                sock,
+                lambda pool=pool: pool,  # type: ignore[misc]
+                self.config.socket_send_buffer_bytes,
+                self.config.socket_receive_buffer_bytes,
+                thread_name="control-plane-kafka-socket-acceptor" if control else None,
+            )
+            self.acceptors[endpoint.listener_name] = acceptor
+            self.bound[endpoint.listener_name] = dataclasses.replace(
+                endpoint, port=acceptor.bound_port
+            )
+            for processor in pool:
+                processor.start()
+
+    def start(self) -> None:
+        """Start accepting connections on every listener."""
+        for acceptor in self.acceptors.values():
+            acceptor.start()
+
+    def _new_processor(self, endpoint: EndPoint, channel: RequestChannel) -> Processor:
+        processor = Processor(
+            next(self._ids),
+            endpoint,
+            channel,
+            self.config.socket_request_max_bytes,
+            self.config.connections_max_idle_ms,
+            self._is_known_api,
+            self._on_response_sent,
+        )
+        if self._idle_observer is not None:
+            processor._on_idle = self._idle_observer(processor)
+        return processor
+
+    def all_processors(self) -> list[Processor]:
+        """Every Processor of every listener."""
+        return [p for pool in self.processors.values() for p in pool]
+
+    def stop_accepting(self) -> None:
+        """Close the listening sockets; connections stay open."""
+        for acceptor in self.acceptors.values():
+            acceptor.shutdown()
+
+    def wait_for_in_flight(self, timeout_s: float) -> bool:
+        """Wait until no request is in flight or queued; True when drained in time."""
+        deadline = time.monotonic() + timeout_s
+        channels = [c for c in (self.data_channel, self.control_channel) if c is not None]
+        while time.monotonic() < deadline:
+            busy = sum(p.in_flight() for p in self.all_processors())
+            if busy == 0 and all(c.size == 0 for c in channels):
+                return True
+            time.sleep(0.01)
+        return False
+
+    def shutdown_processors(self) -> None:
+        """Close every connection and stop every Processor."""
+        for processor in self.all_processors():
+            processor.shutdown()

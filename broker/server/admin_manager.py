@@ -1,0 +1,222 @@
+"""AdminManager: validates and writes topic creations, deletions and partition additions.
+
+It writes to the metadata store only; the controller reacts to what it wrote.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from broker.metadata.cache import MetadataCache
+from broker.metadata.kafka_store import KafkaMetadataClient, TopicAssignment
+from broker.metadata.store import NodeExistsError
+from protocol.errors import ErrorCode, KafkaError
+
+log = structlog.get_logger(__name__)
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's topic name rules; raises KafkaError(INVALID_TOPIC_EXCEPTION)."""
+    if not name:
+        raise KafkaError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception, "Topic name cannot be \".\" or \"..\""
+        )
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters",
+        )
+    if not _LEGAL.match(name):
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic name \"{name}\" is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDefaults:
+    """Broker defaults applied to a creation that leaves them at -1."""
+
+    num_partitions: int
+    replication_factor: int
+
+
+class AdminManager:
+    """Topic administration against the metadata store."""
+
+    def __init__(
+        self, client: KafkaMetadataClient, cache: MetadataCache, defaults: TopicDefaults
+    ) -> None:
+        self.client = client
+        self.cache = cache
+        self.defaults = defaults
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        assignments: dict[int, Sequence[int]] | None = None,
+        configs: dict[str, str] | None = None,
+        validate_only: bool = False,
+    ) -> TopicAssignment:
+        """Create ``name``; raises KafkaError with Kafka's code and message on refusal."""
+        validate_topic_name(name)
+        live = sorted(self.cache.snapshot.brokers)
+        if assignments:
+            if num_partitions != -1 or replication_factor != -1:
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                    "Both cannot be used at the same time.",
+                )
+            partitions = self._checked_assignment(assignments, live)
+        else:
+            count = self.defaults.num_partitions if num_partitions == -1 else num_partitions
+            factor = (
+                self.defaults.replication_factor if replication_factor == -1 else replication_factor
+            )
+            if count <= 0:
+                raise KafkaError(
+                    ErrorCode.invalid_partitions, "Number of partitions must be larger than 0."
+                )
+            if factor <= 0:
+                raise KafkaError(
+                    ErrorCode.invalid_replication_factor,
+                    "Replication factor must be larger than 0.",
+                )
+            if factor > len(live):
+                raise KafkaError(
+                    ErrorCode.invalid_replication_factor,
+                    f"Replication factor: {factor} larger than available brokers: {len(live)}.",
+                )
+            partitions = assign_replicas(live, count, factor)
+        if self.cache.topic(name) is not None or name in self.client.get_topics():
+            raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+        assignment = TopicAssignment(uuid.uuid4(), partitions)
+        if validate_only:
+            return assignment
+        try:
+            self.client.create_topic(name, assignment, dict(configs or {}))
+        except NodeExistsError:
+            raise KafkaError(
+                ErrorCode.topic_already_exists, f"Topic '{name}' already exists."
+            ) from None
+        log.info("topic created", topic=name, partitions=len(partitions),
+                 replication_factor=len(next(iter(partitions.values()))))
+        return assignment
+
+    def _checked_assignment(
+        self, assignments: dict[int, Sequence[int]], live: list[int]
+    ) -> dict[int, tuple[int, ...]]:
+        indexes = sorted(assignments)
+        if indexes != list(range(len(indexes))):
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                "Partitions should be a consecutive 0-based integer sequence",
+            )
+        factors = {len(r) for r in assignments.values()}
+        if len(factors) != 1:
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                "All partitions should have the same number of replicas",
+            )
+        for replicas in assignments.values():
+            if len(set(replicas)) != len(replicas):
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment, "Duplicate replica assignment found"
+                )
+            unknown = [r for r in replicas if r not in live]
+            if unknown:
+                raise KafkaError(
+                    ErrorCode.broker_not_available,
+                    f"Unknown broker(s) in replica assignment: {unknown}",
+                )
+        return {p: tuple(assignments[p]) for p in indexes}
+
+    def delete_topic(self, name: str) -> uuid.UUID:
+        """Delete ``name``; returns its id."""
+        topic = self.cache.topic(name)
+        if topic is None:
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition,
+                "This server does not host this topic-partition.",
+            )
+        self.client.delete_topic(name)
+        return topic.topic_id
+
+    def create_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None,
+        validate_only: bool,
+    ) -> None:
+        """Grow ``name`` to ``count`` partitions."""
+        current = self.client.get_assignment(name)
+        if current is None or self.cache.topic(name) is None:
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist."
+            )
+        existing = len(current.partitions)
+        if count < existing:
+            raise KafkaError(
+                ErrorCode.invalid_partitions,
+                f"Topic currently has {existing} partitions, which is higher than the "
+                f"requested {count}.",
+            )
+        if count == existing:
+            raise KafkaError(
+                ErrorCode.invalid_partitions, f"Topic already has {existing} partitions."
+            )
+        live = sorted(self.cache.snapshot.brokers)
+        factor = len(next(iter(current.partitions.values())))
+        if assignments is not None:
+            if len(assignments) != count - existing:
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Increasing the number of partitions by {count - existing} but "
+                    f"{len(assignments)} assignments provided.",
+                )
+            added = self._checked_assignment(
+                {existing + i: list(a) for i, a in enumerate(assignments)} | {
+                    p: list(r) for p, r in current.partitions.items()
+                },
+                live,
+            )
+        else:
+            if factor > len(live):
+                raise KafkaError(
+                    ErrorCode.invalid_replication_factor,
+                    f"Replication factor: {factor} larger than available brokers: {len(live)}.",
+                )
+            fresh = assign_replicas(live, count, factor)
+            added = dict(current.partitions) | {
+                p: fresh[p] for p in range(existing, count)
+            }
+        if validate_only:
+            return
+        self.client.set_assignment(name, TopicAssignment(current.topic_id, added))
+        log.info("partitions added", topic=name, partitions=count)
+
+
+def assign_replicas(brokers: list[int], partitions: int, factor: int) -> dict[int, tuple[int, ...]]:
+    """Round-robin replicas over ``brokers`` starting at a per-topic offset."""
+    if not brokers:
+        raise KafkaError(ErrorCode.broker_not_available, "No live brokers")
+    start = uuid.uuid4().int % len(brokers)
+    n = len(brokers)
+    return {
+        p: tuple(brokers[(start + p + i) % n] for i in range(factor)) for p in range(partitions)
+    }

@@ -1,0 +1,118 @@
+"""RequestContext: what a handler sees of one request, and how it answers."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any, Protocol, TypeVar
+
+from broker.config.endpoint import SecurityProtocol
+from broker.network.request_channel import Request, RequestChannel, Response
+from protocol import api
+from protocol.framing import response_frame_prefix
+
+E = TypeVar("E")
+
+
+class RequestContext:
+    """One decoded request: its origin (listener, protocol, principal) and its answer.
+
+    ``respond`` may be called from any thread, once; a handler that parks the request in
+    a purgatory answers later from the thread that completes it.
+    """
+
+    __slots__ = ("_answered", "_channel", "_lock", "body", "request")
+
+    def __init__(self, request: Request, body: Any, channel: RequestChannel) -> None:
+        self.request = request
+        self.body = body
+        self._channel = channel
+        self._answered = False
+        self._lock = threading.Lock()
+
+    @property
+    def api_key(self) -> int:
+        return self.request.header.api_key
+
+    @property
+    def api_version(self) -> int:
+        return self.request.header.api_version
+
+    @property
+    def client_id(self) -> str | None:
+        return self.request.header.client_id
+
+    @property
+    def listener_name(self) -> str:
+        return self.request.listener_name
+
+    @property
+    def security_protocol(self) -> SecurityProtocol:
+        return self.request.security_protocol
+
+    @property
+    def principal(self) -> str:
+        return self.request.principal
+
+    @property
+    def response_module(self) -> ModuleType:
+        """The kio module with this version's response entities (nested ones too)."""
+        return api.response_module(self.api_key, self.api_version)
+
+    def make(self, entity: str, /, **values: Any) -> Any:
+        """Build the entity ``entity`` of this version's response module (see ``api.make``)."""
+        return api.make(getattr(self.response_module, entity), **values)
+
+    def make_response(self, **values: Any) -> Any:
+        """Build this version's response entity from values (see ``api.make``)."""
+        return api.make(api.response_class(self.api_key, self.api_version), **values)
+
+    def _claim(self) -> bool:
+        with self._lock:
+            if self._answered:
+                return False
+            self._answered = True
+            return True
+
+    def respond(self, body: Any) -> None:
+        """Encode ``body`` with its response header and hand it to the Processor."""
+        if not self._claim():
+            return
+        payload = api.encode(body)
+        prefix = response_frame_prefix(
+            self.api_key, self.api_version, self.request.header.correlation_id, len(payload)
+        )
+        self._channel.send_response(Response(self.request, [prefix, payload]))
+
+    def respond_pieces(self, body_pieces: list[bytes]) -> None:
+        """Send a body already serialized in pieces (Fetch keeps stored batches out of kio)."""
+        if not self._claim():
+            return
+        size = sum(len(p) for p in body_pieces)
+        prefix = response_frame_prefix(
+            self.api_key, self.api_version, self.request.header.correlation_id, size
+        )
+        self._channel.send_response(Response(self.request, [prefix, *body_pieces]))
+
+    def respond_nothing(self) -> None:
+        """No response is owed (acks=0 produce); the connection is unmuted."""
+        if self._claim():
+            self._channel.send_response(Response(self.request, None))
+
+    def close_connection(self) -> None:
+        """Close the connection without an answer (what Kafka does for some bad requests)."""
+        if self._claim():
+            self._channel.send_response(Response(self.request, None, close_connection=True))
+
+
+Handler = Callable[[RequestContext], None]
+
+
+class ApiFamily(Protocol):
+    """A group of handlers KafkaApis dispatches to, e.g. produce, fetch or groups."""
+
+    def handlers(self) -> Mapping[int, Handler]:
+        """api key -> handler. Every version kio knows for the key is advertised."""
+        ...

@@ -1,0 +1,198 @@
+"""Fetch (with ``max_wait_ms``/``min_bytes`` through the fetch purgatory) and ListOffsets."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from broker.log.partition import TopicPartition
+from broker.metadata.cache import MetadataCache
+from broker.server.context import Handler, RequestContext
+from broker.server.purgatory import DelayedOperation, DelayedOperationPurgatory
+from broker.server.replica_manager import ReadResult, ReplicaManager
+from protocol.errors import ErrorCode, KafkaError
+
+FETCH = 1
+LIST_OFFSETS = 2
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+
+@dataclass(slots=True)
+class FetchPartitionSpec:
+    """One partition of a fetch request, resolved to a name."""
+
+    topic_key: Any  # the topic name, or its id for v13+
+    tp: TopicPartition | None
+    offset: int
+    max_bytes: int
+
+
+class DelayedFetch(DelayedOperation):
+    """A fetch waiting for ``min_bytes`` of new data or for ``max_wait_ms``."""
+
+    def __init__(self, apis: FetchApis, ctx: RequestContext, specs: list[FetchPartitionSpec],
+                 delay_ms: float) -> None:
+        super().__init__(delay_ms)
+        self.apis = apis
+        self.ctx = ctx
+        self.specs = specs
+
+    def try_complete(self) -> bool:
+        available = 0
+        min_bytes = int(self.ctx.body.min_bytes)
+        for spec in self.specs:
+            if spec.tp is None:
+                continue
+            partition = self.apis.replica_manager.log_manager.get(spec.tp)
+            if partition is None:
+                return self.force_complete()
+            hw = partition.high_watermark
+            if spec.offset > hw or spec.offset < partition.log.log_start_offset:
+                return self.force_complete()
+            if spec.offset < hw:
+                available += sum(len(v) for v in partition.log.read(spec.offset, spec.max_bytes, True))
+                if available >= min_bytes:
+                    return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self.apis.respond(self.ctx, self.specs)
+
+
+class FetchApis:
+    """Fetch from leaders; ListOffsets by timestamp."""
+
+    def __init__(
+        self,
+        replica_manager: ReplicaManager,
+        cache: MetadataCache,
+        purgatory: DelayedOperationPurgatory,
+        fetch_max_bytes: int,
+    ) -> None:
+        self.replica_manager = replica_manager
+        self.cache = cache
+        self.purgatory = purgatory
+        self.fetch_max_bytes = fetch_max_bytes
+
+    def handlers(self) -> Mapping[int, Handler]:
+        return {FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets}
+
+    # Fetch ---------------------------------------------------------------------------
+    def handle_fetch(self, ctx: RequestContext) -> None:
+        req = ctx.body
+        by_id = ctx.api_version >= 13
+        specs: list[FetchPartitionSpec] = []
+        for topic in req.topics:
+            key = topic.topic_id if by_id else topic.topic
+            name = self.cache.topic_name(key) if by_id else key
+            for p in topic.partitions:
+                tp = TopicPartition(name, int(p.partition)) if name is not None else None
+                specs.append(
+                    FetchPartitionSpec(key, tp, int(p.fetch_offset), int(p.partition_max_bytes))
+                )
+        max_wait_ms = req.max_wait.total_seconds() * 1000.0
+        if max_wait_ms <= 0 or int(req.min_bytes) <= 0 or not specs:
+            self.respond(ctx, specs)
+            return
+        self.purgatory.try_complete_else_watch(
+            DelayedFetch(self, ctx, specs, max_wait_ms),
+            [s.tp for s in specs if s.tp is not None],
+        )
+
+    def respond(self, ctx: RequestContext, specs: list[FetchPartitionSpec]) -> None:
+        """Read every partition now and answer."""
+        by_id = ctx.api_version >= 13
+        remaining = min(int(ctx.body.max_bytes), self.fetch_max_bytes)
+        topics: dict[Any, list[Any]] = {}
+        first_data = True
+        for spec in specs:
+            if spec.tp is None:
+                result = ReadResult(ErrorCode.unknown_topic_id)
+            else:
+                result = self.replica_manager.read(
+                    spec.tp, spec.offset, min(spec.max_bytes, remaining), first_data
+                )
+            size = result.size
+            if size:
+                first_data = False
+                remaining = max(0, remaining - size)
+            topics.setdefault(spec.topic_key, []).append(
+                ctx.make(
+                    "PartitionData",
+                    partition_index=spec.tp.partition if spec.tp else 0,
+                    error_code=result.error,
+                    high_watermark=result.high_watermark,
+                    last_stable_offset=result.high_watermark,
+                    log_start_offset=result.log_start_offset,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=b"".join(result.views),
+                )
+            )
+        responses = tuple(
+            ctx.make(
+                "FetchableTopicResponse",
+                topic=None if by_id else key,
+                topic_id=key if by_id else None,
+                partitions=tuple(parts),
+            )
+            for key, parts in topics.items()
+        )
+        ctx.respond(
+            ctx.make_response(
+                error_code=ErrorCode.none, session_id=0, responses=responses, node_endpoints=()
+            )
+        )
+
+    # ListOffsets ---------------------------------------------------------------------
+    def handle_list_offsets(self, ctx: RequestContext) -> None:
+        topics = []
+        for topic in ctx.body.topics:
+            parts = []
+            for p in topic.partitions:
+                error, offset, timestamp, epoch = self._offset_for(
+                    TopicPartition(topic.name, int(p.partition_index)), int(p.timestamp)
+                )
+                parts.append(
+                    ctx.make(
+                        "ListOffsetsPartitionResponse",
+                        partition_index=p.partition_index,
+                        error_code=error,
+                        timestamp=timestamp,
+                        offset=offset,
+                        leader_epoch=epoch,
+                    )
+                )
+            topics.append(
+                ctx.make("ListOffsetsTopicResponse", name=topic.name, partitions=tuple(parts))
+            )
+        ctx.respond(ctx.make_response(topics=tuple(topics)))
+
+    def _offset_for(self, tp: TopicPartition, timestamp: int) -> tuple[ErrorCode, int, int, int]:
+        try:
+            partition = self.replica_manager.leader_partition(tp)
+        except KafkaError as exc:
+            return exc.code, -1, -1, -1
+        log_ = partition.log
+        epoch = partition.leader_epoch
+        if timestamp == LATEST_TIMESTAMP:
+            return ErrorCode.none, partition.high_watermark, -1, epoch
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return ErrorCode.none, log_.log_start_offset, -1, epoch
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return ErrorCode.none, log_.log_start_offset - 1, -1, epoch
+        if timestamp == MAX_TIMESTAMP:
+            found = log_.max_timestamp()
+        else:
+            found = log_.offset_for_timestamp(timestamp)
+        if found is None:
+            return ErrorCode.none, -1, -1, epoch
+        return ErrorCode.none, found[0], found[1], epoch
+
+

@@ -1,0 +1,537 @@
+"""Group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+ListGroups, DescribeGroups, DeleteGroups and OffsetDelete, on top of the GroupCoordinator.
+
+One code path per API for every version: requests are read with ``getattr`` defaults for
+fields old versions lack, and responses are built with ``ctx.make`` which drops the fields
+a version lacks. Parked requests (JoinGroup, SyncGroup) are answered from whichever thread
+completes them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+from kio.schema.errors import ErrorCode
+
+from broker.group.coordinator import (
+    GroupCoordinator,
+    LeaveGroupResult,
+    MemberIdentity,
+    OffsetDeleteResult,
+    OffsetFetchPartition,
+    OffsetFetchResult,
+)
+from broker.group.group_metadata import (
+    GroupDescription,
+    GroupOverview,
+    JoinGroupResult,
+    OffsetAndMetadata,
+    SyncGroupResult,
+    TopicPartition,
+)
+from broker.server.context import Handler, RequestContext
+from protocol import api
+
+log = structlog.get_logger(__name__)
+
+JOIN_GROUP = 11
+SYNC_GROUP = 14
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+LIST_GROUPS = 16
+DESCRIBE_GROUPS = 15
+DELETE_GROUPS = 42
+OFFSET_DELETE = 47
+
+# Read, Delete and Describe: what a group allows when no authorizer is configured.
+_GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def _ms(value: datetime.timedelta | int | None, default: int = -1) -> int:
+    if value is None:
+        return default
+    if isinstance(value, datetime.timedelta):
+        return round(value / datetime.timedelta(milliseconds=1))
+    return int(value)
+
+
+def _entity(ctx: RequestContext, entity: str, **values: Any) -> Any:
+    """``ctx.make`` for entities with a field called ``name`` (which ctx.make's own first
+    parameter would swallow)."""
+    return api.make(getattr(ctx.response_module, entity), **values)
+
+
+def _nested(ctx: RequestContext, *names: str) -> str:
+    """The first of ``names`` this version's response module defines (names change with v8)."""
+    module = ctx.response_module
+    for name in names:
+        if hasattr(module, name):
+            return name
+    raise LookupError(f"none of {names} in {module.__name__}")
+
+
+class GroupApis:
+    """ApiFamily for the group coordinator's APIs.
+
+    ``topic_name_of`` / ``topic_id_of`` map topic ids and names for OffsetCommit and
+    OffsetFetch v10 (which name topics by id); without them those topics are unknown.
+    """
+
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        *,
+        topic_name_of: Callable[[uuid.UUID], str | None] | None = None,
+        topic_id_of: Callable[[str], uuid.UUID | None] | None = None,
+    ) -> None:
+        self.coordinator = coordinator
+        self._topic_name_of = topic_name_of or (lambda _id: None)
+        self._topic_id_of = topic_id_of or (lambda _name: None)
+
+    def handlers(self) -> Mapping[int, Handler]:
+        return {
+            JOIN_GROUP: self.join_group,
+            SYNC_GROUP: self.sync_group,
+            HEARTBEAT: self.heartbeat,
+            LEAVE_GROUP: self.leave_group,
+            OFFSET_COMMIT: self.offset_commit,
+            OFFSET_FETCH: self.offset_fetch,
+            LIST_GROUPS: self.list_groups,
+            DESCRIBE_GROUPS: self.describe_groups,
+            DELETE_GROUPS: self.delete_groups,
+            OFFSET_DELETE: self.offset_delete,
+        }
+
+    # -- membership -----------------------------------------------------------------------
+
+    def join_group(self, ctx: RequestContext) -> None:
+        req = ctx.body
+        version = ctx.api_version
+        session_timeout_ms = _ms(req.session_timeout)
+        rebalance_timeout_ms = _ms(getattr(req, "rebalance_timeout", None))
+        if rebalance_timeout_ms < 0:  # v0 has none: Kafka uses the session timeout
+            rebalance_timeout_ms = session_timeout_ms
+
+        def done(result: JoinGroupResult) -> None:
+            members = tuple(
+                ctx.make(
+                    "JoinGroupResponseMember",
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    metadata=m.metadata,
+                )
+                for m in result.members
+            )
+            protocol_name = result.protocol_name
+            if protocol_name is None and version < 7:  # nullable from v7 on
+                protocol_name = ""
+            ctx.respond(
+                ctx.make_response(
+                    error_code=result.error,
+                    generation_id=result.generation_id,
+                    protocol_type=result.protocol_type,
+                    protocol_name=protocol_name,
+                    leader=result.leader_id,
+                    skip_assignment=result.skip_assignment,
+                    member_id=result.member_id,
+                    members=members,
+                )
+            )
+
+        self.coordinator.join_group(
+            group_id=req.group_id,
+            member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+            client_id=ctx.client_id or "",
+            client_host=f"/{ctx.request.client_host}",
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            session_timeout_ms=session_timeout_ms,
+            protocol_type=req.protocol_type,
+            protocols=[(p.name, p.metadata) for p in req.protocols],
+            callback=done,
+            require_known_member_id=version >= 4,
+            supports_skip_assignment=version >= 9,
+            reason=getattr(req, "reason", None),
+        )
+
+    def sync_group(self, ctx: RequestContext) -> None:
+        req = ctx.body
+
+        def done(result: SyncGroupResult) -> None:
+            ctx.respond(
+                ctx.make_response(
+                    error_code=result.error,
+                    protocol_type=result.protocol_type,
+                    protocol_name=result.protocol_name,
+                    assignment=result.assignment,
+                )
+            )
+
+        protocol_type = getattr(req, "protocol_type", None)
+        protocol_name = getattr(req, "protocol_name", None)
+        if ctx.api_version >= 5 and (protocol_type is None or protocol_name is None):
+            # v5+ must name the protocol type and name (Kafka's mandatory check).
+            done(SyncGroupResult(ErrorCode.inconsistent_group_protocol))
+            return
+        self.coordinator.sync_group(
+            group_id=req.group_id,
+            generation_id=req.generation_id,
+            member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
+            assignments={a.member_id: a.assignment for a in req.assignments},
+            callback=done,
+        )
+
+    def heartbeat(self, ctx: RequestContext) -> None:
+        req = ctx.body
+        self.coordinator.heartbeat(
+            group_id=req.group_id,
+            member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+            generation_id=req.generation_id,
+            callback=lambda error: ctx.respond(ctx.make_response(error_code=error)),
+        )
+
+    def leave_group(self, ctx: RequestContext) -> None:
+        req = ctx.body
+        if hasattr(req, "members"):  # v3+: a batch
+            leaving = [
+                MemberIdentity(m.member_id, m.group_instance_id, getattr(m, "reason", None))
+                for m in req.members
+            ]
+        else:
+            leaving = [MemberIdentity(req.member_id)]
+
+        def done(result: LeaveGroupResult) -> None:
+            error = result.error
+            if ctx.api_version < 3 and error is ErrorCode.none and result.members:
+                error = result.members[0].error  # one member: its error is the answer
+            ctx.respond(
+                ctx.make_response(
+                    error_code=error,
+                    members=tuple(
+                        ctx.make(
+                            "MemberResponse",
+                            member_id=m.member_id,
+                            group_instance_id=m.group_instance_id,
+                            error_code=m.error,
+                        )
+                        for m in result.members
+                    ),
+                )
+            )
+
+        self.coordinator.leave_group(req.group_id, leaving, done)
+
+    # -- offsets --------------------------------------------------------------------------
+
+    def _topic_of(self, topic: Any) -> tuple[str | None, uuid.UUID | None]:
+        """(name, id) of a request topic: v10 names topics by id only."""
+        name = getattr(topic, "name", None)
+        if name is not None:
+            return name, None
+        topic_id = topic.topic_id
+        return self._topic_name_of(topic_id), topic_id
+
+    def offset_commit(self, ctx: RequestContext) -> None:
+        req = ctx.body
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        # Request order of (name, id, partitions) for the response; name is None for an
+        # unknown topic id.
+        order: list[tuple[str | None, uuid.UUID | None, list[int]]] = []
+        for topic in req.topics:
+            name, topic_id = self._topic_of(topic)
+            partitions = []
+            for p in topic.partitions:
+                partitions.append(p.partition_index)
+                if name is None:
+                    continue
+                offsets[TopicPartition(name, p.partition_index)] = OffsetAndMetadata(
+                    offset=p.committed_offset,
+                    leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                    metadata=p.committed_metadata or "",
+                )
+            order.append((name, topic_id, partitions))
+
+        def done(errors: dict[TopicPartition, ErrorCode]) -> None:
+            topics = []
+            for name, topic_id, partitions in order:
+                parts = []
+                for index in partitions:
+                    if name is None:
+                        error = ErrorCode.unknown_topic_id
+                    else:
+                        error = errors.get(TopicPartition(name, index), ErrorCode.none)
+                    parts.append(
+                        ctx.make(
+                            "OffsetCommitResponsePartition", partition_index=index, error_code=error
+                        )
+                    )
+                topics.append(
+                    _entity(
+                        ctx,
+                        "OffsetCommitResponseTopic",
+                        name=name or "",
+                        topic_id=topic_id or _ZERO_UUID,
+                        partitions=tuple(parts),
+                    )
+                )
+            ctx.respond(ctx.make_response(topics=tuple(topics)))
+
+        if not offsets:
+            done({})
+            return
+        self.coordinator.commit_offsets(
+            group_id=req.group_id,
+            member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+            generation_id=req.generation_id_or_member_epoch,
+            offsets=offsets,
+            callback=done,
+            retention_ms=_ms(getattr(req, "retention_time", None)),
+        )
+
+    def offset_fetch(self, ctx: RequestContext) -> None:
+        req = ctx.body
+        version = ctx.api_version
+        if hasattr(req, "groups"):  # v8+: several groups
+            requests = [(g.group_id, g.topics) for g in req.groups]
+        else:
+            requests = [(req.group_id, req.topics)]
+        require_stable = bool(getattr(req, "require_stable", False))
+        topic_entity = _nested(ctx, "OffsetFetchResponseTopics", "OffsetFetchResponseTopic")
+        partition_entity = _nested(
+            ctx, "OffsetFetchResponsePartitions", "OffsetFetchResponsePartition"
+        )
+        results: list[tuple[str, ErrorCode, tuple[Any, ...]]] = [("", ErrorCode.none, ())] * len(
+            requests
+        )
+        remaining = [len(requests)]
+        lock = threading.Lock()
+
+        def partition(index: int, data: OffsetFetchPartition) -> Any:
+            return ctx.make(
+                partition_entity,
+                partition_index=index,
+                committed_offset=data.offset,
+                committed_leader_epoch=data.leader_epoch,
+                metadata=data.metadata,
+                error_code=data.error,
+            )
+
+        def finish() -> None:
+            if version >= 8:
+                groups = tuple(
+                    ctx.make("OffsetFetchResponseGroup", group_id=g, error_code=e, topics=t)
+                    for g, e, t in results
+                )
+                ctx.respond(ctx.make_response(groups=groups))
+            else:
+                _group_id, error, topics = results[0]
+                ctx.respond(ctx.make_response(error_code=error, topics=topics))
+
+        for slot, (group_id, req_topics) in enumerate(requests):
+            # Request topics as (name or None, id or None, partitions).
+            wanted: list[tuple[str | None, uuid.UUID | None, list[int]]] | None = None
+            if req_topics is not None:
+                wanted = []
+                for t in req_topics:
+                    name, topic_id = self._topic_of(t)
+                    wanted.append((name, topic_id, list(t.partition_indexes)))
+
+            def done(
+                result: OffsetFetchResult,
+                slot: int = slot,
+                group_id: str = group_id,
+                wanted: list[tuple[str | None, uuid.UUID | None, list[int]]] | None = wanted,
+            ) -> None:
+                topics = self._fetch_topics(ctx, topic_entity, partition, result, wanted)
+                if result.error is not ErrorCode.none:
+                    # v2+ answer a group error alone; v1 puts it on every partition.
+                    topics = topics if version < 2 else ()
+                with lock:
+                    results[slot] = (group_id, result.error, topics)
+                    remaining[0] -= 1
+                    last = remaining[0] == 0
+                if last:
+                    finish()
+
+            partitions = None
+            if wanted is not None:
+                partitions = [
+                    TopicPartition(name, index)
+                    for name, _id, indexes in wanted
+                    if name is not None
+                    for index in indexes
+                ]
+            self.coordinator.fetch_offsets(
+                group_id, partitions, done, require_stable=require_stable
+            )
+        if not requests:
+            finish()
+
+    def _fetch_topics(
+        self,
+        ctx: RequestContext,
+        topic_entity: str,
+        partition: Callable[[int, OffsetFetchPartition], Any],
+        result: OffsetFetchResult,
+        wanted: list[tuple[str | None, uuid.UUID | None, list[int]]] | None,
+    ) -> tuple[Any, ...]:
+        group_error = result.error
+        if wanted is None:  # every committed partition
+            by_topic: dict[str, list[Any]] = {}
+            for tp, data in result.partitions.items():
+                by_topic.setdefault(tp.topic, []).append(partition(tp.partition, data))
+            return tuple(
+                _entity(
+                    ctx,
+                    topic_entity,
+                    name=name,
+                    topic_id=self._topic_id_of(name) or _ZERO_UUID,
+                    partitions=tuple(parts),
+                )
+                for name, parts in by_topic.items()
+            )
+        topics = []
+        for name, topic_id, indexes in wanted:
+            parts = []
+            for index in indexes:
+                if name is None:
+                    data = OffsetFetchPartition(error=ErrorCode.unknown_topic_id)
+                elif group_error is not ErrorCode.none:
+                    data = OffsetFetchPartition(error=group_error)
+                else:
+                    data = result.partitions.get(
+                        TopicPartition(name, index), OffsetFetchPartition()
+                    )
+                parts.append(partition(index, data))
+            topics.append(
+                _entity(
+                    ctx,
+                    topic_entity,
+                    name=name or "",
+                    topic_id=topic_id or _ZERO_UUID,
+                    partitions=tuple(parts),
+                )
+            )
+        return tuple(topics)
+
+    def offset_delete(self, ctx: RequestContext) -> None:
+        req = ctx.body
+        order = [(t.name, [p.partition_index for p in t.partitions]) for t in req.topics]
+
+        def done(result: OffsetDeleteResult) -> None:
+            if result.error is not ErrorCode.none:
+                ctx.respond(ctx.make_response(error_code=result.error, topics=()))
+                return
+            topics = tuple(
+                _entity(
+                    ctx,
+                    "OffsetDeleteResponseTopic",
+                    name=name,
+                    partitions=tuple(
+                        ctx.make(
+                            "OffsetDeleteResponsePartition",
+                            partition_index=index,
+                            error_code=result.partitions.get(
+                                TopicPartition(name, index), ErrorCode.none
+                            ),
+                        )
+                        for index in indexes
+                    ),
+                )
+                for name, indexes in order
+            )
+            ctx.respond(ctx.make_response(error_code=ErrorCode.none, topics=topics))
+
+        partitions = [TopicPartition(name, index) for name, indexes in order for index in indexes]
+        self.coordinator.delete_offsets(req.group_id, partitions, done)
+
+    # -- admin ----------------------------------------------------------------------------
+
+    def list_groups(self, ctx: RequestContext) -> None:
+        req = ctx.body
+
+        def done(groups: list[GroupOverview]) -> None:
+            ctx.respond(
+                ctx.make_response(
+                    error_code=ErrorCode.none,
+                    groups=tuple(
+                        ctx.make(
+                            "ListedGroup",
+                            group_id=g.group_id,
+                            protocol_type=g.protocol_type,
+                            group_state=g.state,
+                            group_type=g.group_type,
+                        )
+                        for g in groups
+                    ),
+                )
+            )
+
+        self.coordinator.list_groups(
+            done,
+            states_filter=getattr(req, "states_filter", ()),
+            types_filter=getattr(req, "types_filter", ()),
+        )
+
+    def describe_groups(self, ctx: RequestContext) -> None:
+        req = ctx.body
+        include_ops = bool(getattr(req, "include_authorized_operations", False))
+
+        def done(groups: list[GroupDescription]) -> None:
+            described = tuple(
+                ctx.make(
+                    "DescribedGroup",
+                    error_code=g.error,
+                    group_id=g.group_id,
+                    group_state=g.state,
+                    protocol_type=g.protocol_type,
+                    protocol_data=g.protocol_data,
+                    members=tuple(
+                        ctx.make(
+                            "DescribedGroupMember",
+                            member_id=m.member_id,
+                            group_instance_id=m.group_instance_id,
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            member_metadata=m.metadata,
+                            member_assignment=m.assignment,
+                        )
+                        for m in g.members
+                    ),
+                    authorized_operations=(
+                        _GROUP_AUTHORIZED_OPERATIONS if include_ops else -(2**31)
+                    ),
+                )
+                for g in groups
+            )
+            ctx.respond(ctx.make_response(groups=described))
+
+        self.coordinator.describe_groups(list(req.groups), done)
+
+    def delete_groups(self, ctx: RequestContext) -> None:
+        req = ctx.body
+
+        def done(errors: dict[str, ErrorCode]) -> None:
+            ctx.respond(
+                ctx.make_response(
+                    results=tuple(
+                        ctx.make("DeletableGroupResult", group_id=group_id, error_code=error)
+                        for group_id, error in errors.items()
+                    )
+                )
+            )
+
+        self.coordinator.delete_groups(list(req.groups_names), done)

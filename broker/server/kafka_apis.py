@@ -1,0 +1,95 @@
+"""KafkaApis: decode a request and dispatch it to the handler of its API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import structlog
+
+from broker.network.request_channel import Request, RequestChannel, Response
+from broker.server.api_versions import api_versions_response
+from broker.server.context import ApiFamily, Handler, RequestContext
+from protocol import api
+from protocol.errors import ErrorCode
+from protocol.framing import response_frame_prefix
+
+log = structlog.get_logger(__name__)
+
+API_VERSIONS_KEY = 18
+
+
+class KafkaApis:
+    """One table from api key to handler, filled by API families; serves every plane."""
+
+    def __init__(self, families: Iterable[ApiFamily]) -> None:
+        self.handlers: dict[int, Handler] = {}
+        for family in families:
+            for key, handler in family.handlers().items():
+                if key in self.handlers:
+                    raise ValueError(f"api key {key} registered twice")
+                self.handlers[key] = handler
+
+    def supported_versions(self) -> Mapping[int, range]:
+        """api key -> versions served: every version kio has for an implemented API."""
+        return {key: api.kio_versions(key) for key in sorted(self.handlers)}
+
+    def is_known_api(self, api_key: int) -> bool:
+        """Whether requests with ``api_key`` are served at all."""
+        return api_key in self.handlers
+
+    def handle(self, request: Request, channel: RequestChannel) -> None:
+        """Decode ``request`` and run its handler; bad input closes only where Kafka does."""
+        header = request.header
+        versions = api.kio_versions(header.api_key)
+        if header.api_version not in versions:
+            if header.api_key == API_VERSIONS_KEY:
+                self._unsupported_api_versions(request, channel)
+                return
+            log.warning(
+                "closing connection: unsupported api version",
+                connection=request.connection_id,
+                api=api.API_NAMES.get(header.api_key),
+                api_version=header.api_version,
+                supported=f"{versions.start}-{versions.stop - 1}",
+            )
+            channel.send_response(Response(request, None, close_connection=True))
+            return
+        try:
+            body = api.decode_request(
+                header.api_key, header.api_version, request.frame, header.body_offset
+            )
+        except Exception as exc:
+            log.warning(
+                "closing connection: malformed request",
+                connection=request.connection_id,
+                api=api.API_NAMES.get(header.api_key),
+                api_version=header.api_version,
+                error=str(exc),
+            )
+            channel.send_response(Response(request, None, close_connection=True))
+            return
+        ctx = RequestContext(request, body, channel)
+        try:
+            self.handlers[header.api_key](ctx)
+        except Exception:
+            log.exception(
+                "handler failed", api=api.API_NAMES.get(header.api_key), version=header.api_version
+            )
+            self._error_response(ctx)
+
+    def _error_response(self, ctx: RequestContext) -> None:
+        """UNKNOWN_SERVER_ERROR where the response has a top-level error code, else close."""
+        cls = api.response_class(ctx.api_key, ctx.api_version)
+        if "error_code" in getattr(cls, "__dataclass_fields__", {}):
+            ctx.respond(ctx.make_response(error_code=ErrorCode.unknown_server_error))
+        else:
+            ctx.close_connection()
+
+    def _unsupported_api_versions(self, request: Request, channel: RequestChannel) -> None:
+        """Kafka answers an unknown ApiVersions version with a v0 response and error 35."""
+        body = api_versions_response(0, self.supported_versions(), ErrorCode.unsupported_version)
+        payload = api.encode(body)
+        prefix = response_frame_prefix(
+            API_VERSIONS_KEY, 0, request.header.correlation_id, len(payload)
+        )
+        channel.send_response(Response(request, [prefix, payload]))

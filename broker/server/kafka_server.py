@@ -1,0 +1,289 @@
+"""KafkaServer: builds every component from a KafkaConfig, starts them, stops them."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Callable
+
+import structlog
+
+from broker.config.endpoint import EndPoint
+from broker.config.kafka_config import KafkaConfig
+from broker.controller.controller import KafkaController
+from broker.group.coordinator import GroupConfig, GroupCoordinator
+from broker.log.log_manager import LogManager
+from broker.metadata.cache import MetadataCache
+from broker.metadata.kafka_store import BrokerRegistration, KafkaMetadataClient
+from broker.metadata.store import EmbeddedMetadataStore, MetadataStore, NodeExistsError
+from broker.metrics import (
+    NETWORK_PROCESSOR_AVG_IDLE_PERCENT,
+    REQUEST_HANDLER_AVG_IDLE_PERCENT,
+    REQUEST_QUEUE_SIZE,
+    BrokerMetrics,
+    MetricsHttpServer,
+)
+from broker.network.processor import Processor
+from broker.network.request_channel import (
+    CONTROL_PLANE,
+    CONTROL_PLANE_QUEUE_SIZE,
+    DATA_PLANE,
+    RequestChannel,
+)
+from broker.network.socket_server import SocketServer, SocketServerConfig
+from broker.server.admin_manager import AdminManager, TopicDefaults
+from broker.server.api_versions import ApiVersionsApi
+from broker.server.fetch_apis import FetchApis
+from broker.server.group_apis import GroupApis
+from broker.server.kafka_apis import KafkaApis
+from broker.server.metadata_apis import MetadataApis
+from broker.server.produce_apis import ProduceApis, ProducerIdManager
+from broker.server.purgatory import DelayedOperationPurgatory
+from broker.server.replica_manager import ReplicaManager
+from broker.server.request_handler import RequestHandlerPool
+from broker.server.request_metrics import RequestMetricsObserver
+from broker.server.timer import SystemTimer
+from broker.server.topic_apis import TopicApis
+
+log = structlog.get_logger(__name__)
+
+SHUTDOWN_DRAIN_SECONDS = 3.0
+
+
+class KafkaServer:
+    """One broker: start-up in dependency order, shutdown in reverse."""
+
+    def __init__(self, config: KafkaConfig, store: MetadataStore | None = None) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self._store = store
+        self._started = False
+        self._stopped = threading.Event()
+        self.metrics = BrokerMetrics()
+        self.metrics_http: MetricsHttpServer | None = None
+        self.socket_server: SocketServer | None = None
+        self.bound: dict[str, EndPoint] = {}
+
+    # start-up --------------------------------------------------------------------------
+    def startup(self) -> None:
+        """Start every component; raises (and cleans up) when the broker cannot start."""
+        config = self.config
+        log_dir = config.log_dirs[0]
+        os.makedirs(log_dir, exist_ok=True)
+        self.store = self._store or EmbeddedMetadataStore(log_dir)
+        self.client = KafkaMetadataClient(self.store)
+        self.cluster_id = self.client.get_or_create_cluster_id()
+        self.cache = MetadataCache(self.cluster_id, self.broker_id)
+        self.timer = SystemTimer()
+        self.log_manager = LogManager()
+        self.fetch_purgatory = DelayedOperationPurgatory("Fetch", self.timer)
+        self.replica_manager = ReplicaManager(
+            self.broker_id,
+            self.log_manager,
+            self.cache,
+            self.fetch_purgatory,
+            int(config.get("message.max.bytes")),
+        )
+        self.admin = AdminManager(
+            self.client,
+            self.cache,
+            TopicDefaults(
+                int(config.get("num.partitions")), int(config.get("default.replication.factor"))
+            ),
+        )
+        self.group_coordinator = GroupCoordinator(
+            GroupConfig(
+                initial_rebalance_delay_ms=int(config.get("group.initial.rebalance.delay.ms")),
+                min_session_timeout_ms=int(config.get("group.min.session.timeout.ms")),
+                max_session_timeout_ms=int(config.get("group.max.session.timeout.ms")),
+                max_size=int(config.get("group.max.size")),
+                offsets_retention_ms=int(config.get("offsets.retention.minutes")) * 60_000,
+            ),
+            self.timer,
+            self._partition_exists,
+        )
+        self.apis = KafkaApis(self._api_families())
+        self.data_channel = RequestChannel(int(config.get("queued.max.requests")), DATA_PLANE)
+        self.control_channel = (
+            RequestChannel(CONTROL_PLANE_QUEUE_SIZE, CONTROL_PLANE)
+            if config.control_plane_listener_name
+            else None
+        )
+        observer = RequestMetricsObserver(self.metrics)
+        self.socket_server = SocketServer(
+            config.listeners,
+            config.control_plane_listener_name,
+            SocketServerConfig(
+                num_network_threads=int(config.get("num.network.threads")),
+                socket_request_max_bytes=int(config.get("socket.request.max.bytes")),
+                connections_max_idle_ms=int(config.get("connections.max.idle.ms")),
+                socket_send_buffer_bytes=int(config.get("socket.send.buffer.bytes")),
+                socket_receive_buffer_bytes=int(config.get("socket.receive.buffer.bytes")),
+            ),
+            self.data_channel,
+            self.control_channel,
+            self.apis.is_known_api,
+            observer.on_response_sent,
+            self._processor_idle_meter,
+        )
+        self.handler_pool = self._handler_pool(
+            self.data_channel, int(config.get("num.io.threads")), REQUEST_HANDLER_AVG_IDLE_PERCENT
+        )
+        self.control_handler_pool = (
+            self._handler_pool(self.control_channel, 1, REQUEST_HANDLER_AVG_IDLE_PERCENT)
+            if self.control_channel
+            else None
+        )
+        self.metrics.register_gauge(
+            REQUEST_QUEUE_SIZE, "Requests waiting in the data-plane queue",
+            lambda: float(self.data_channel.size),
+        )
+        try:
+            self.socket_server.bind()
+            self.bound = self.socket_server.bound
+            self.handler_pool.start()
+            if self.control_handler_pool:
+                self.control_handler_pool.start()
+            self._register()
+            self.controller = KafkaController(
+                self.broker_id,
+                self.client,
+                self.cache,
+                self.replica_manager.become_leader_or_follower,
+                self.replica_manager.stop_topic,
+            )
+            self.controller.startup()
+            self.socket_server.start()
+            self._start_metrics_http()
+        except BaseException:
+            self.shutdown()
+            raise
+        self._started = True
+        for name, endpoint in self.bound.items():
+            advertised = self.advertised(name)
+            log.info(
+                "listener bound",
+                listener=name,
+                security_protocol=endpoint.security_protocol.value,
+                bind_host=endpoint.host or "0.0.0.0",
+                port=endpoint.port,
+                advertised=advertised.connection_string if advertised else None,
+                plane=CONTROL_PLANE if name == config.control_plane_listener_name else DATA_PLANE,
+            )
+        log.info("started", broker_id=self.broker_id, cluster_id=self.cluster_id)
+
+    def _api_families(self) -> list:
+        return [
+            ApiVersionsApi(lambda: self.apis.supported_versions()),
+            MetadataApis(
+                self.broker_id,
+                self.cache,
+                self.admin,
+                lambda: bool(self.config.get("auto.create.topics.enable")),
+            ),
+            ProduceApis(
+                self.replica_manager,
+                self.cache,
+                ProducerIdManager(lambda: self.client.next_producer_id_block(self.broker_id)),
+            ),
+            FetchApis(
+                self.replica_manager,
+                self.cache,
+                self.fetch_purgatory,
+                int(self.config.get("fetch.max.bytes")),
+            ),
+            TopicApis(self.admin, self.cache, lambda: bool(self.config.get("delete.topic.enable"))),
+            GroupApis(self.group_coordinator),
+        ]
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        info = self.cache.topic(topic)
+        return info is not None and partition in info.partitions
+
+    def _handler_pool(
+        self, channel: RequestChannel, threads: int, metric: str
+    ) -> RequestHandlerPool:
+        meter = self.metrics.idle_meter(metric, {"plane": channel.plane}, pool_size=threads)
+
+        def on_idle(idle_ns: int, _total_ns: int) -> None:
+            meter.record_idle(idle_ns)
+
+        return RequestHandlerPool(
+            channel, lambda request: self.apis.handle(request, channel), threads, on_idle
+        )
+
+    def _processor_idle_meter(self, processor: Processor) -> Callable[[int, int], None]:
+        meter = self.metrics.idle_meter(
+            NETWORK_PROCESSOR_AVG_IDLE_PERCENT,
+            {"networkProcessor": str(processor.id), "listener": processor.endpoint.listener_name},
+        )
+
+        def on_idle(idle_ns: int, _total_ns: int) -> None:
+            meter.record_idle(idle_ns)
+
+        return on_idle
+
+    def advertised(self, listener_name: str) -> EndPoint | None:
+        """The advertised endpoint, with port 0 replaced by the port actually bound."""
+        endpoint = self.config.advertised(listener_name)
+        if endpoint is None:
+            return None
+        if endpoint.port == 0 and listener_name in self.bound:
+            return dataclasses.replace(endpoint, port=self.bound[listener_name].port)
+        return endpoint
+
+    def _register(self) -> None:
+        endpoints = tuple(
+            ep
+            for ep in (self.advertised(e.listener_name) for e in self.config.advertised_listeners)
+            if ep is not None
+        )
+        registration = BrokerRegistration(self.broker_id, endpoints, self.config.get("broker.rack"))
+        try:
+            self.client.register_broker(registration)
+        except NodeExistsError:
+            raise RuntimeError(
+                f"broker.id {self.broker_id} is already registered at /brokers/ids/{self.broker_id}"
+            ) from None
+
+    def _start_metrics_http(self) -> None:
+        port = int(self.config.get("kplane.metrics.port"))
+        if port < 0:
+            return
+        self.metrics_http = MetricsHttpServer(
+            self.metrics, str(self.config.get("kplane.metrics.host")), port
+        )
+        self.metrics_http.start()
+        log.info("metrics exposed", url=self.metrics_http.url)
+
+    # shutdown ------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop accepting, let in-flight requests finish, close connections, stop threads."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        started = time.monotonic()
+        server = self.socket_server
+        if server is not None:
+            server.stop_accepting()
+            if getattr(self, "fetch_purgatory", None) is not None:
+                self.fetch_purgatory.complete_all()
+            drained = server.wait_for_in_flight(SHUTDOWN_DRAIN_SECONDS)
+            if not drained:
+                log.warning("shutdown: requests still in flight after drain timeout")
+        for pool in (getattr(self, "handler_pool", None), getattr(self, "control_handler_pool", None)):
+            if pool is not None:
+                pool.shutdown()
+        if server is not None:
+            server.shutdown_processors()
+        if getattr(self, "timer", None) is not None:
+            self.timer.shutdown()
+        if self.metrics_http is not None:
+            self.metrics_http.stop()
+        if getattr(self, "store", None) is not None:
+            self.store.close()
+        if self._started:
+            log.info("stopped", broker_id=self.broker_id,
+                     seconds=round(time.monotonic() - started, 3))

@@ -1,0 +1,136 @@
+"""ReplicaManager: the partitions this broker leads, appends to them and reads from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import structlog
+
+from broker.log.log import LogAppendInfo
+from broker.log.log_manager import LogManager
+from broker.log.partition import Partition, TopicPartition
+from broker.metadata.cache import MetadataCache, PartitionInfo
+from broker.server.purgatory import DelayedOperationPurgatory
+from protocol.errors import ErrorCode, KafkaError
+from protocol.records import InvalidRecordError, scan_batches
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(slots=True)
+class AppendResult:
+    """Outcome of appending to one partition."""
+
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    info: LogAppendInfo | None = None
+
+
+@dataclass(slots=True)
+class ReadResult:
+    """Outcome of reading one partition."""
+
+    error: ErrorCode = ErrorCode.none
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    leader_epoch: int = -1
+    views: list[memoryview] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return sum(len(v) for v in self.views)
+
+
+class ReplicaManager:
+    """Leader-side append and read, with Kafka's per-partition error codes."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: LogManager,
+        cache: MetadataCache,
+        fetch_purgatory: DelayedOperationPurgatory,
+        max_message_bytes: int,
+    ) -> None:
+        self.broker_id = broker_id
+        self.log_manager = log_manager
+        self.cache = cache
+        self.fetch_purgatory = fetch_purgatory
+        self.max_message_bytes = max_message_bytes
+
+    # leadership -----------------------------------------------------------------------
+    def become_leader_or_follower(self, topic: str, partitions: dict[int, PartitionInfo]) -> None:
+        """Host the partitions this broker leads (followers come with replication)."""
+        for index, info in partitions.items():
+            if info.leader == self.broker_id:
+                self.log_manager.get_or_create(TopicPartition(topic, index), info.leader_epoch)
+
+    def stop_topic(self, topic: str) -> None:
+        """Drop every partition of a deleted topic."""
+        self.log_manager.delete_topic(topic)
+
+    def leader_partition(self, tp: TopicPartition) -> Partition:
+        """The partition if this broker leads it; KafkaError with Kafka's code otherwise."""
+        topic = self.cache.topic(tp.topic)
+        if topic is None or tp.partition not in topic.partitions:
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition,
+                "This server does not host this topic-partition.",
+            )
+        partition = self.log_manager.get(tp)
+        if partition is None or topic.partitions[tp.partition].leader != self.broker_id:
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"Broker {self.broker_id} is not the leader of {tp}",
+            )
+        return partition
+
+    # append --------------------------------------------------------------------------
+    def append(self, tp: TopicPartition, records: bytes | None) -> AppendResult:
+        """Check and append one partition's records as leader."""
+        try:
+            partition = self.leader_partition(tp)
+            if not records:
+                raise KafkaError(ErrorCode.corrupt_message, "produce request has no records")
+            buffer = bytearray(records)
+            batches = scan_batches(buffer)
+            for batch in batches:
+                if batch.size > self.max_message_bytes:
+                    raise KafkaError(
+                        ErrorCode.message_too_large,
+                        f"batch of {batch.size} bytes exceeds max.message.bytes "
+                        f"{self.max_message_bytes}",
+                    )
+            info = partition.append_records_as_leader(buffer, batches, log_append_time=False)
+        except KafkaError as exc:
+            log.debug("append refused", partition=str(tp), error=exc.code.name, reason=exc.message)
+            return AppendResult(exc.code, exc.message)
+        except InvalidRecordError as exc:
+            log.info("invalid records refused", partition=str(tp), error=exc.error_code.name,
+                     reason=str(exc))
+            return AppendResult(exc.error_code, str(exc))
+        self.fetch_purgatory.check_and_complete(tp)
+        return AppendResult(info=info)
+
+    # read ----------------------------------------------------------------------------
+    def read(
+        self, tp: TopicPartition, offset: int, max_bytes: int, min_one_batch: bool
+    ) -> ReadResult:
+        """Read whole batches from ``offset``; OFFSET_OUT_OF_RANGE outside the log."""
+        try:
+            partition = self.leader_partition(tp)
+        except KafkaError as exc:
+            return ReadResult(exc.code)
+        log_ = partition.log
+        hw = partition.high_watermark
+        result = ReadResult(
+            high_watermark=hw,
+            log_start_offset=log_.log_start_offset,
+            leader_epoch=partition.leader_epoch,
+        )
+        if offset < log_.log_start_offset or offset > log_.log_end_offset:
+            result.error = ErrorCode.offset_out_of_range
+            return result
+        if offset < hw and max_bytes > 0:
+            result.views = log_.read(offset, max_bytes, min_one_batch)
+        return result

@@ -1,0 +1,133 @@
+"""CreateTopics, DeleteTopics and CreatePartitions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from broker.metadata.cache import MetadataCache
+from broker.server.admin_manager import AdminManager
+from broker.server.context import Handler, RequestContext
+from protocol.errors import ErrorCode, KafkaError
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+CREATE_PARTITIONS = 37
+
+
+class TopicApis:
+    """Topic administration requests, answered per topic."""
+
+    def __init__(
+        self, admin: AdminManager, cache: MetadataCache, delete_enabled: Callable[[], bool]
+    ) -> None:
+        self.admin = admin
+        self.cache = cache
+        self._delete_enabled = delete_enabled
+
+    def handlers(self) -> Mapping[int, Handler]:
+        return {
+            CREATE_TOPICS: self.handle_create_topics,
+            DELETE_TOPICS: self.handle_delete_topics,
+            CREATE_PARTITIONS: self.handle_create_partitions,
+        }
+
+    def handle_create_topics(self, ctx: RequestContext) -> None:
+        req = ctx.body
+        names = [t.name for t in req.topics]
+        results = []
+        for topic in req.topics:
+            values: dict[str, Any] = {"name": topic.name, "configs": None}
+            try:
+                if names.count(topic.name) > 1:
+                    raise KafkaError(
+                        ErrorCode.invalid_request,
+                        f"Create topics request contains duplicate topic name {topic.name}",
+                    )
+                configs = {c.name: c.value for c in topic.configs if c.value is not None}
+                assignment = self.admin.create_topic(
+                    topic.name,
+                    int(topic.num_partitions),
+                    int(topic.replication_factor),
+                    {int(a.partition_index): list(a.broker_ids) for a in topic.assignments},
+                    configs,
+                    validate_only=bool(req.validate_only),
+                )
+                values |= {
+                    "error_code": ErrorCode.none,
+                    "error_message": None,
+                    "topic_id": assignment.topic_id,
+                    "num_partitions": len(assignment.partitions),
+                    "replication_factor": len(next(iter(assignment.partitions.values()))),
+                    "configs": tuple(
+                        ctx.make("CreatableTopicConfigs", name=k, value=v, read_only=False,
+                                 config_source=1, is_sensitive=False)
+                        for k, v in sorted(configs.items())
+                    ),
+                }
+            except KafkaError as exc:
+                values |= {
+                    "error_code": exc.code,
+                    "error_message": exc.message,
+                    "num_partitions": -1,
+                    "replication_factor": -1,
+                }
+            results.append(ctx.make("CreatableTopicResult", **values))
+        ctx.respond(ctx.make_response(topics=tuple(results)))
+
+    def handle_delete_topics(self, ctx: RequestContext) -> None:
+        req = ctx.body
+        if ctx.api_version >= 6:
+            wanted = [(t.name, t.topic_id) for t in req.topics]
+        else:
+            wanted = [(name, None) for name in req.topic_names]
+        results = []
+        for name, topic_id in wanted:
+            if name is None and topic_id is not None:
+                name = self.cache.topic_name(topic_id)
+            error, message = ErrorCode.none, None
+            try:
+                if not self._delete_enabled():
+                    raise KafkaError(ErrorCode.topic_deletion_disabled,
+                                     "Topic deletion is disabled (delete.topic.enable=false).")
+                if name is None:
+                    raise KafkaError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} not found")
+                topic_id = self.admin.delete_topic(name)
+            except KafkaError as exc:
+                error, message = exc.code, exc.message
+            results.append(
+                ctx.make(
+                    "DeletableTopicResult",
+                    name=name,
+                    topic_id=topic_id,
+                    error_code=error,
+                    error_message=message,
+                )
+            )
+        ctx.respond(ctx.make_response(responses=tuple(results)))
+
+    def handle_create_partitions(self, ctx: RequestContext) -> None:
+        req = ctx.body
+        results = []
+        for topic in req.topics:
+            error, message = ErrorCode.none, None
+            try:
+                assignments = (
+                    [list(a.broker_ids) for a in topic.assignments]
+                    if topic.assignments is not None
+                    else None
+                )
+                self.admin.create_partitions(
+                    topic.name, int(topic.count), assignments, bool(req.validate_only)
+                )
+            except KafkaError as exc:
+                error, message = exc.code, exc.message
+            results.append(
+                ctx.make(
+                    "CreatePartitionsTopicResult",
+                    name=topic.name,
+                    error_code=error,
+                    error_message=message,
+                )
+            )
+        ctx.respond(ctx.make_response(results=tuple(results)))

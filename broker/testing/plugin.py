@@ -1,0 +1,162 @@
+"""pytest plugin: real brokers on loopback ports, in-process or as a ``kplane serve`` process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from broker.config.kafka_config import KafkaConfig
+from broker.logging_setup import configure_logging
+from broker.server.kafka_server import KafkaServer
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+TEST_DEFAULTS: dict[str, str] = {
+    "broker.id": "0",
+    "listeners": "PLAINTEXT://127.0.0.1:0",
+    "num.network.threads": "2",
+    "num.io.threads": "4",
+    "num.partitions": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.replication.factor": "1",
+}
+
+
+@dataclass
+class RunningBroker:
+    """A broker started for a test, in this process."""
+
+    server: KafkaServer
+    config: KafkaConfig
+
+    def address(self, listener: str | None = None) -> tuple[str, int]:
+        """(host, port) actually bound by ``listener`` (the first one by default)."""
+        name = listener or self.config.listeners[0].listener_name
+        endpoint = self.server.bound[name]
+        return endpoint.host or "127.0.0.1", endpoint.port
+
+    def bootstrap(self, listener: str | None = None) -> str:
+        """``host:port`` for a client's bootstrap.servers."""
+        host, port = self.address(listener)
+        return f"{host}:{port}"
+
+    def stop(self) -> None:
+        """Shut the broker down (idempotent)."""
+        self.server.shutdown()
+
+
+@dataclass
+class BrokerProcess:
+    """A ``kplane serve`` child process."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    stopped: bool = field(default=False)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self, timeout: float = 10.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout)
+        finally:
+            self.stopped = True
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.stopped = True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on ``host`` right now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout: float = 30.0) -> None:
+    """Wait until ``host:port`` accepts a TCP connection."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{host}:{port} did not accept connections within {timeout}s")
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[Callable[..., RunningBroker]]:
+    """Start in-process brokers with test defaults plus overrides; all stop at teardown."""
+    configure_logging()
+    started: list[RunningBroker] = []
+
+    def start(overrides: Mapping[str, str] | None = None) -> RunningBroker:
+        props = dict(TEST_DEFAULTS)
+        props["log.dirs"] = str(tmp_path / f"broker-{len(started)}")
+        props.update(overrides or {})
+        config = KafkaConfig.from_properties(props)
+        server = KafkaServer(config)
+        server.startup()
+        running = RunningBroker(server, config)
+        started.append(running)
+        return running
+
+    yield start
+    for running in reversed(started):
+        running.stop()
+
+
+@pytest.fixture
+def broker(broker_factory: Callable[..., RunningBroker]) -> RunningBroker:
+    """One started broker with a PLAINTEXT listener on an ephemeral 127.0.0.1 port."""
+    return broker_factory()
+
+
+@pytest.fixture
+def broker_process(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
+    """Start ``kplane serve`` as a child process; killed at teardown if still running."""
+    processes: list[BrokerProcess] = []
+
+    def start(config_file: str = "configs/server.properties", *overrides: str) -> BrokerProcess:
+        port = free_port()
+        log_path = tmp_path / f"kplane-{len(processes)}.log"
+        args = [
+            sys.executable, "-m", "broker.tools.cli", "serve", str(REPO_ROOT / config_file),
+            "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+            "--override", f"log.dirs={tmp_path / f'proc-{len(processes)}'}",
+        ]
+        for item in overrides:
+            args += ["--override", item]
+        env = dict(os.environ, KPLANE_LOG_FORMAT="json")
+        with open(log_path, "wb") as out:
+            process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                       cwd=REPO_ROOT)
+        handle = BrokerProcess(process, port, log_path)
+        processes.append(handle)
+        wait_for_port("127.0.0.1", port)
+        return handle
+
+    yield start
+    for handle in processes:
+        handle.kill()

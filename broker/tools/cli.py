@@ -1,0 +1,29 @@
+"""The ``kplane`` command: subcommands like Kafka's scripts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from broker.tools import serve
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="kplane", description="kplane: a Kafka-wire-compatible broker"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kplane`` script."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""``kplane serve CONFIG [--override key=value ...]``: run one broker in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from typing import Any
+
+import structlog
+
+from broker.config.errors import ConfigException
+from broker.config.kafka_config import KafkaConfig
+from broker.logging_setup import configure_logging
+from broker.server.kafka_server import KafkaServer
+
+log = structlog.get_logger(__name__)
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``serve`` subcommand."""
+    parser = sub.add_parser("serve", help="start a broker (like kafka-server-start)")
+    parser.add_argument("config", help="server.properties file")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a property of the file (repeatable)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the broker, wait for SIGTERM or SIGINT, stop it; 0 on a clean stop."""
+    configure_logging()
+    try:
+        config = KafkaConfig.load(args.config, args.override)
+    except ConfigException as exc:
+        log.error("invalid configuration", error=str(exc))
+        return 1
+    except OSError as exc:
+        log.error("cannot read configuration", path=args.config, error=str(exc))
+        return 1
+    server = KafkaServer(config)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("shutting down", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        server.startup()
+    except OSError as exc:
+        log.error("cannot bind listener", error=str(exc))
+        return 1
+    except RuntimeError as exc:
+        log.error("cannot start", error=str(exc))
+        return 1
+    while not stop.wait(0.5):
+        pass
+    server.shutdown()
+    return 0

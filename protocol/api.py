@@ -1,0 +1,173 @@
+"""The API table: api key -> kio request/response classes, header versions, codecs.
+
+Everything here is sans-IO: bytes in, typed kio entities out, and back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import typing
+from collections.abc import Callable
+from functools import cache
+from types import ModuleType
+from typing import Any, TypeVar
+
+from kio.index import load_payload_module
+from kio.schema.index import api_key_map, schema_name_map
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+E = TypeVar("E")
+
+API_NAMES: dict[int, str] = dict(api_key_map)
+
+
+def kio_versions(api_key: int) -> range:
+    """The versions kio has schemas for, as a range (empty for an unknown key)."""
+    name = api_key_map.get(api_key)
+    if name is None:
+        return range(0)
+    versions = sorted(schema_name_map[name])
+    return range(versions[0], versions[-1] + 1)
+
+
+@cache
+def request_module(api_key: int, version: int) -> ModuleType:
+    """The kio module holding the request entities of ``api_key`` at ``version``."""
+    return load_payload_module(api_key, version, EntityType.request)
+
+
+@cache
+def response_module(api_key: int, version: int) -> ModuleType:
+    """The kio module holding the response entities of ``api_key`` at ``version``."""
+    return load_payload_module(api_key, version, EntityType.response)
+
+
+def _payload_class(module: ModuleType, entity_type: EntityType) -> type[Any]:
+    for value in vars(module).values():
+        if isinstance(value, type) and getattr(value, "__type__", None) is entity_type:
+            if value.__module__ == module.__name__:
+                return value
+    raise LookupError(f"no {entity_type.name} entity in {module.__name__}")
+
+
+@cache
+def request_class(api_key: int, version: int) -> type[Any]:
+    """The kio request class of ``api_key`` at ``version``."""
+    return _payload_class(request_module(api_key, version), EntityType.request)
+
+
+@cache
+def response_class(api_key: int, version: int) -> type[Any]:
+    """The kio response class of ``api_key`` at ``version``."""
+    return _payload_class(response_module(api_key, version), EntityType.response)
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    """Whether ``version`` of ``api_key`` uses compact types and tagged fields."""
+    return bool(request_class(api_key, version).__flexible__)
+
+
+def request_header_version(api_key: int, version: int) -> int:
+    """Request header v2 for flexible versions, v1 otherwise (v0 is ControlledShutdown v0)."""
+    if api_key == 7 and version == 0:
+        return 0
+    return 2 if is_flexible(api_key, version) else 1
+
+
+def response_header_version(api_key: int, version: int) -> int:
+    """Response header v1 for flexible versions; ApiVersions always answers with v0."""
+    if api_key == 18:
+        return 0
+    return 1 if is_flexible(api_key, version) else 0
+
+
+@cache
+def _reader(cls: type[Any]) -> Callable[[Any, int], tuple[Any, int]]:
+    return entity_reader(cls)  # type: ignore[return-value]
+
+
+@cache
+def _writer(cls: type[Any]) -> Callable[[io.BytesIO, Any], None]:
+    return entity_writer(cls)  # type: ignore[return-value]
+
+
+def decode_request(api_key: int, version: int, buffer: Any, offset: int = 0) -> Any:
+    """Decode a request body starting at ``offset``; raises on malformed bytes."""
+    value, _size = _reader(request_class(api_key, version))(buffer, offset)
+    return value
+
+
+def decode_response(api_key: int, version: int, buffer: Any, offset: int = 0) -> Any:
+    """Decode a response body starting at ``offset`` (used by kplane's client and tests)."""
+    value, _size = _reader(response_class(api_key, version))(buffer, offset)
+    return value
+
+
+def encode(entity: Any) -> bytes:
+    """Serialize any kio entity to bytes."""
+    out = io.BytesIO()
+    _writer(type(entity))(out, entity)
+    return out.getvalue()
+
+
+def write_entity(out: io.BytesIO, entity: Any) -> None:
+    """Serialize ``entity`` onto ``out``."""
+    _writer(type(entity))(out, entity)
+
+
+@cache
+def _field_defaults(cls: type[Any]) -> tuple[frozenset[str], dict[str, Callable[[], Any]]]:
+    hints = typing.get_type_hints(cls)
+    names = set()
+    fillers: dict[str, Callable[[], Any]] = {}
+    for f in dataclasses.fields(cls):
+        names.add(f.name)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            continue
+        fillers[f.name] = _zero_for(hints[f.name], f.metadata.get("kafka_type"))
+    return frozenset(names), fillers
+
+
+def _zero_for(hint: Any, kafka_type: str | None) -> Callable[[], Any]:
+    args = typing.get_args(hint)
+    if type(None) in args:
+        return lambda: None
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        return tuple
+    if kafka_type == "string":
+        return str
+    if kafka_type in ("bytes", "records"):
+        return bytes
+    if kafka_type == "bool":
+        return lambda: False
+    if kafka_type == "uuid":
+        import uuid
+
+        return lambda: uuid.UUID(int=0)
+    if kafka_type == "error_code":
+        from kio.schema.errors import ErrorCode
+
+        return lambda: ErrorCode.none
+    if kafka_type in ("timedelta_i32", "timedelta_i64"):
+        import datetime
+
+        return lambda: datetime.timedelta(0)
+    return lambda: hint(0) if callable(hint) else 0
+
+
+def make(cls: type[E], /, **values: Any) -> E:
+    """Build a kio entity of any version from one set of values.
+
+    Values for fields this version lacks are dropped; fields it has that were not given
+    take their schema default, or the zero of their type. One handler can so answer
+    every version of its API with one call.
+    """
+    names, fillers = _field_defaults(cls)
+    kwargs = {k: v for k, v in values.items() if k in names}
+    for name, filler in fillers.items():
+        if name not in kwargs:
+            kwargs[name] = filler()
+    return cls(**kwargs)

@@ -1,0 +1,165 @@
+"""Size-prefixed Kafka frames, request headers v0-v2 and response headers v0-v1 (sans-IO)."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from functools import cache
+
+from protocol import api
+
+_SIZE = struct.Struct(">i")
+_HEADER_FIXED = struct.Struct(">hhi")
+_RESP_V0 = struct.Struct(">ii")
+
+
+class FrameTooLarge(Exception):
+    """A frame announced a size above ``socket.request.max.bytes`` (or below zero)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"frame of {size} bytes exceeds the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class InvalidRequestHeader(Exception):
+    """A request header that cannot be parsed."""
+
+
+class FrameDecoder:
+    """Turns a byte stream into frames; the size is checked before the body is buffered."""
+
+    __slots__ = ("_buffer", "_max_size", "_need")
+
+    def __init__(self, max_size: int) -> None:
+        self._buffer = bytearray()
+        self._max_size = max_size
+        self._need = -1
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add received bytes; return every frame now complete (without its size prefix)."""
+        buf = self._buffer
+        buf += data
+        frames: list[bytes] = []
+        pos = 0
+        end = len(buf)
+        while True:
+            if self._need < 0:
+                if end - pos < 4:
+                    break
+                (size,) = _SIZE.unpack_from(buf, pos)
+                if size < 0 or size > self._max_size:
+                    raise FrameTooLarge(size, self._max_size)
+                self._need = size
+                pos += 4
+            if end - pos < self._need:
+                break
+            frames.append(bytes(buf[pos : pos + self._need]))
+            pos += self._need
+            self._need = -1
+        if pos:
+            del buf[:pos]
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a complete frame."""
+        return len(self._buffer)
+
+
+@cache
+def first_flexible_version(api_key: int) -> int | None:
+    """Kafka's flexible versions are always "N+": the N for ``api_key``, or None."""
+    for version in api.kio_versions(api_key):
+        if api.is_flexible(api_key, version):
+            return version
+    return None
+
+
+def _header_version(api_key: int, version: int) -> int:
+    if api_key == 7 and version == 0:
+        return 0
+    flex = first_flexible_version(api_key)
+    return 2 if flex is not None and version >= flex else 1
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """A parsed request header and where the body starts in the frame."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+
+
+def parse_request_header(frame: bytes) -> RequestHeader:
+    """Parse the request header (v0, v1 or v2 as the API and version demand)."""
+    try:
+        api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(frame, 0)
+    except struct.error as exc:
+        raise InvalidRequestHeader("frame shorter than a request header") from exc
+    pos = 8
+    client_id: str | None = None
+    header_version = _header_version(api_key, api_version)
+    if header_version >= 1:
+        if len(frame) < pos + 2:
+            raise InvalidRequestHeader("truncated client id")
+        (length,) = struct.unpack_from(">h", frame, pos)
+        pos += 2
+        if length >= 0:
+            if len(frame) < pos + length:
+                raise InvalidRequestHeader("truncated client id")
+            client_id = frame[pos : pos + length].decode("utf-8", "replace")
+            pos += length
+    if header_version >= 2:
+        count, pos = read_uvarint(frame, pos)
+        for _ in range(count):
+            _tag, pos = read_uvarint(frame, pos)
+            size, pos = read_uvarint(frame, pos)
+            pos += size
+        if pos > len(frame):
+            raise InvalidRequestHeader("truncated tagged fields")
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+def read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    """Read an unsigned varint; return (value, next position)."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(data) or shift > 28:
+            raise InvalidRequestHeader("malformed unsigned varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def response_frame_prefix(
+    api_key: int, api_version: int, correlation_id: int, body_size: int
+) -> bytes:
+    """Size prefix plus response header for a body of ``body_size`` bytes."""
+    if api.response_header_version(api_key, api_version) == 0:
+        return _RESP_V0.pack(body_size + 4, correlation_id)
+    return _RESP_V0.pack(body_size + 5, correlation_id) + b"\x00"
+
+
+def encode_request_frame(
+    api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: bytes
+) -> bytes:
+    """Size prefix, request header and body: what a client sends."""
+    header = _HEADER_FIXED.pack(api_key, api_version, correlation_id)
+    header_version = _header_version(api_key, api_version)
+    if header_version >= 1:
+        if client_id is None:
+            header += b"\xff\xff"
+        else:
+            raw = client_id.encode()
+            header += struct.pack(">h", len(raw)) + raw
+    if header_version >= 2:
+        header += b"\x00"
+    return _SIZE.pack(len(header) + len(body)) + header + body

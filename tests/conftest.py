@@ -1,0 +1,3 @@
+"""Test-wide fixtures come from kplane's own pytest plugin."""
+
+pytest_plugins = ["broker.testing.plugin"]
