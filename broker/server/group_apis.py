@@ -35,7 +35,6 @@ from broker.group.group_metadata import (
     TopicPartition,
 )
 from broker.server.context import Handler, RequestContext
-from protocol import api
 
 log = structlog.get_logger(__name__)
 
@@ -61,12 +60,6 @@ def _ms(value: datetime.timedelta | int | None, default: int = -1) -> int:
     if isinstance(value, datetime.timedelta):
         return round(value / datetime.timedelta(milliseconds=1))
     return int(value)
-
-
-def _entity(ctx: RequestContext, entity: str, **values: Any) -> Any:
-    """``ctx.make`` for entities with a field called ``name`` (which ctx.make's own first
-    parameter would swallow)."""
-    return api.make(getattr(ctx.response_module, entity), **values)
 
 
 def _nested(ctx: RequestContext, *names: str) -> str:
@@ -216,20 +209,18 @@ class GroupApis:
             error = result.error
             if ctx.api_version < 3 and error is ErrorCode.none and result.members:
                 error = result.members[0].error  # one member: its error is the answer
-            ctx.respond(
-                ctx.make_response(
-                    error_code=error,
-                    members=tuple(
-                        ctx.make(
-                            "MemberResponse",
-                            member_id=m.member_id,
-                            group_instance_id=m.group_instance_id,
-                            error_code=m.error,
-                        )
-                        for m in result.members
-                    ),
+            members = ()
+            if ctx.api_version >= 3:
+                members = tuple(
+                    ctx.make(
+                        "MemberResponse",
+                        member_id=m.member_id,
+                        group_instance_id=m.group_instance_id,
+                        error_code=m.error,
+                    )
+                    for m in result.members
                 )
-            )
+            ctx.respond(ctx.make_response(error_code=error, members=members))
 
         self.coordinator.leave_group(req.group_id, leaving, done)
 
@@ -278,8 +269,7 @@ class GroupApis:
                         )
                     )
                 topics.append(
-                    _entity(
-                        ctx,
+                    ctx.make(
                         "OffsetCommitResponseTopic",
                         name=name or "",
                         topic_id=topic_id or _ZERO_UUID,
@@ -394,8 +384,7 @@ class GroupApis:
             for tp, data in result.partitions.items():
                 by_topic.setdefault(tp.topic, []).append(partition(tp.partition, data))
             return tuple(
-                _entity(
-                    ctx,
+                ctx.make(
                     topic_entity,
                     name=name,
                     topic_id=self._topic_id_of(name) or _ZERO_UUID,
@@ -417,8 +406,7 @@ class GroupApis:
                     )
                 parts.append(partition(index, data))
             topics.append(
-                _entity(
-                    ctx,
+                ctx.make(
                     topic_entity,
                     name=name or "",
                     topic_id=topic_id or _ZERO_UUID,
@@ -436,8 +424,7 @@ class GroupApis:
                 ctx.respond(ctx.make_response(error_code=result.error, topics=()))
                 return
             topics = tuple(
-                _entity(
-                    ctx,
+                ctx.make(
                     "OffsetDeleteResponseTopic",
                     name=name,
                     partitions=tuple(

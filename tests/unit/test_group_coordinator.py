@@ -113,7 +113,11 @@ def sync(
 
 
 def heartbeat(
-    coord: GroupCoordinator, group: str, member_id: str, generation: int, instance: str | None = None
+    coord: GroupCoordinator,
+    group: str,
+    member_id: str,
+    generation: int,
+    instance: str | None = None,
 ) -> ErrorCode:
     return call(coord.heartbeat, group, member_id, instance, generation).result(WAIT)
 
@@ -226,7 +230,9 @@ def test_protocol_selection_by_vote() -> None:
     group = GroupMetadata("g")
 
     def member(mid: str, names: list[str]) -> MemberMetadata:
-        return MemberMetadata(mid, None, "c", "h", 1000, 1000, "consumer", [(n, b"") for n in names])
+        return MemberMetadata(
+            mid, None, "c", "h", 1000, 1000, "consumer", [(n, b"") for n in names]
+        )
 
     group.add(member("a", ["range", "roundrobin"]))
     group.add(member("b", ["roundrobin", "range"]))
@@ -244,18 +250,23 @@ def test_protocol_selection_by_vote() -> None:
 
 
 def test_join_errors(timer: SystemTimer) -> None:
-    coord = coordinator(timer, max_size=2, min_session_timeout_ms=100)
+    coord = coordinator(
+        timer, max_size=2, min_session_timeout_ms=100, initial_rebalance_delay_ms=300
+    )
     try:
         bad = join(coord, "g", session_ms=50).result(WAIT)
         assert bad.error is ErrorCode.invalid_session_timeout
         assert join(coord, "", session_ms=1000).result(WAIT).error is ErrorCode.invalid_group_id
         assert join(coord, "nope", "some-id").result(WAIT).error is ErrorCode.unknown_member_id
 
-        stable_group(coord, "g", 2, session_ms=10_000)
-        wrong_type = join(coord, "g", protocol_type="connect").result(WAIT)
+        stable_group(coord, "h", 1, session_ms=10_000)
+        wrong_type = join(coord, "h", protocol_type="connect").result(WAIT)
         assert wrong_type.error is ErrorCode.inconsistent_group_protocol
-        wrong_protocols = join(coord, "g", protocols=[("sticky", b"")]).result(WAIT)
+        wrong_protocols = join(coord, "h", protocols=[("sticky", b"")]).result(WAIT)
         assert wrong_protocols.error is ErrorCode.inconsistent_group_protocol
+        assert describe(coord, "h").state == "Stable"
+
+        stable_group(coord, "g", 2, session_ms=10_000)
         full = join(coord, "g").result(WAIT)
         assert full.error is ErrorCode.group_max_size_reached
         assert describe(coord, "g").state == "Stable"
@@ -388,9 +399,10 @@ def test_static_member_rejoin_keeps_generation_and_assignment(timer: SystemTimer
         r1, r2 = f1.result(WAIT), f2.result(WAIT)
         assert r1.error is r2.error is ErrorCode.none  # static members skip MEMBER_ID_REQUIRED
         assert r1.member_id.startswith("i-1-")
-        assert {(m.member_id, m.group_instance_id) for m in next(
-            r for r in (r1, r2) if r.member_id == r1.leader_id
-        ).members} == {(r1.member_id, "i-1"), (r2.member_id, "i-2")}
+        assert {
+            (m.member_id, m.group_instance_id)
+            for m in next(r for r in (r1, r2) if r.member_id == r1.leader_id).members
+        } == {(r1.member_id, "i-1"), (r2.member_id, "i-2")}
         leader = r1.leader_id
         assignments = {r1.member_id: b"one", r2.member_id: b"two"}
         for r in (r1, r2):
@@ -590,9 +602,7 @@ def _td(ms: int) -> datetime.timedelta:
 
 
 @pytest.mark.parametrize("version", list(api.kio_versions(11)))
-def test_api_join_sync_heartbeat_leave_all_versions(
-    coord: GroupCoordinator, version: int
-) -> None:
+def test_api_join_sync_heartbeat_leave_all_versions(coord: GroupCoordinator, version: int) -> None:
     apis = GroupApis(coord)
     protocols = [("JoinGroupRequestProtocol", {"name": "range", "metadata": b"m"})]
     join_values = {
@@ -635,7 +645,9 @@ def test_api_join_sync_heartbeat_leave_all_versions(
     hb = _call_api(apis, 12, hb_version, group_id="g", generation_id=9, member_id=member)
     assert hb.error_code is ErrorCode.illegal_generation
 
-    described = _call_api(apis, 15, min(version, 6), groups=["g"], include_authorized_operations=True)
+    described = _call_api(
+        apis, 15, min(version, 6), groups=["g"], include_authorized_operations=True
+    )
     (group,) = described.groups
     assert (group.group_state, group.protocol_data) == ("Stable", "range")
     assert group.members[0].client_host == "/127.0.0.1"
@@ -686,8 +698,12 @@ def test_api_offset_commit_fetch_all_versions(coord: GroupCoordinator, version: 
         group_id="g",
         generation_id_or_member_epoch=-1,
         member_id="",
-        topics=[("OffsetCommitRequestTopic", {"name": "t", "topic_id": topic_id,
-                                              "partitions": partitions})],
+        topics=[
+            (
+                "OffsetCommitRequestTopic",
+                {"name": "t", "topic_id": topic_id, "partitions": partitions},
+            )
+        ],
     )
     (topic,) = commit.topics
     assert [(p.partition_index, p.error_code) for p in topic.partitions] == [

@@ -309,11 +309,11 @@ def test_example_multi_listener_properties_loads() -> None:
     cfg = KafkaConfig.load(str(REPO / "configs" / "multi-listener.properties"))
     assert [e.connection_string for e in cfg.listeners] == [
         "INTERNAL://127.0.0.1:9093",
-        "EXTERNAL://127.0.0.1:9094",
+        "EXTERNAL://127.0.0.2:9094",
     ]
     assert [e.connection_string for e in cfg.advertised_listeners] == [
-        "INTERNAL://127.0.0.1:9093",
-        "EXTERNAL://localhost:9094",
+        "INTERNAL://localhost:9093",
+        "EXTERNAL://127.0.0.2:9094",
     ]
     assert cfg.inter_broker_listener_name == "INTERNAL"
     assert cfg.log_dirs == ["./data/kplane-multi"]
