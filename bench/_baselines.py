@@ -36,6 +36,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 class TargetError(RuntimeError):
@@ -221,7 +222,7 @@ class SubprocessTarget(Target):
                 tail = deque(f, maxlen=lines)
         except OSError:
             return []
-        return [ln.decode("utf-8", "replace").rstrip() for ln in tail]
+        return [_ANSI_RE.sub("", ln.decode("utf-8", "replace")).rstrip() for ln in tail]
 
     def stop(self) -> dict[str, object]:
         out: dict[str, object] = {}

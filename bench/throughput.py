@@ -69,28 +69,30 @@ class PhaseFailed(RuntimeError):
 
 
 class ClientErrors:
-    """error_cb sink shared by a target's clients; notes that all brokers are down."""
+    """error_cb sink shared by a target's clients: counts, keeps samples, and
+    prints the first occurrence of each error code to stderr."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        self.name = name
         self.count = 0
         self.samples: list[str] = []
-        self.all_down = False
+        self.seen: set[int] = set()
 
     def __call__(self, err: Any) -> None:
-        from confluent_kafka import KafkaError
-
         self.count += 1
         if len(self.samples) < 10:
             self.samples.append(str(err))
-        if err.code() == KafkaError._ALL_BROKERS_DOWN:
-            self.all_down = True
+        if err.code() not in self.seen:
+            self.seen.add(err.code())
+            log(f"   {self.name}: client error {err.str()} (first of its kind)")
 
 
 class Bench:
     def __init__(self, args: argparse.Namespace, target: Target) -> None:
         self.args = args
         self.target = target
-        self.errors = ClientErrors()
+        self.errors = ClientErrors(target.name)
+        self._next_alive_check = 0.0
         run = uuid.uuid4().hex[:8]
         self.topics = {
             "warmup": f"bench-warmup-{run}",
@@ -110,7 +112,9 @@ class Bench:
             "bootstrap.servers": self.target.bootstrap,
             "client.id": f"bench-{self.target.name}-{role}",
             "error_cb": self.errors,
-            "log_level": 4,
+            # librdkafka's own log lines (e.g. one per refused reconnect) are
+            # left out; error_cb above reports each kind of error once.
+            "log_level": 2,
             "log.connection.close": False,
             "socket.keepalive.enable": True,
         }
@@ -120,10 +124,23 @@ class Bench:
     def check_alive(self) -> None:
         if not self.target.alive():
             raise PhaseFailed(f"{self.target.name} process is no longer running")
-        if self.errors.all_down:
-            self.errors.all_down = False
+
+    def tick(self) -> None:
+        """check_alive() at most every 0.25 s (for hot loops)."""
+        now = time.monotonic()
+        if now >= self._next_alive_check:
+            self._next_alive_check = now + 0.25
+            self.check_alive()
+
+    def flush(self, producer: Any, timeout: float) -> int:
+        """producer.flush() in short steps, giving up early if the broker died."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = int(producer.flush(min(0.25, max(0.0, deadline - time.monotonic()))))
+            if left == 0 or time.monotonic() >= deadline:
+                return left
             if not self.target.alive():
-                raise PhaseFailed(f"{self.target.name}: all brokers down")
+                return left
 
     def wait_ready(self, timeout: float) -> float:
         """Until a Metadata request succeeds (the port may open before that)."""
@@ -206,7 +223,7 @@ class Bench:
             partition=0,
             on_delivery=lambda err, msg: done.append(err),
         )
-        left = producer.flush(20)
+        left = self.flush(producer, 20)
         if left or not done:
             raise PhaseFailed("warm-up record not delivered within 20 s")
         if done[0] is not None:
@@ -246,38 +263,38 @@ class Bench:
                 }
             )
         )
-        self.warmup(p)
-        ok[0] = 0
-        topic = self.topics[topic_key]
-        produce = p.produce
-        poll = p.poll
-        clock = time.perf_counter
-        start = clock()
-        deadline = start + max_s
-        sent = 0
-        capped = False
-        while sent < count:
-            chunk = min(count - sent, 1024)
-            for _ in range(chunk):
-                while True:
-                    try:
-                        produce(topic, payload, partition=0)
-                        break
-                    except BufferError:
-                        poll(0.005)
-            sent += chunk
-            poll(0)
-            if clock() > deadline:
-                capped = True
-                break
-            if self.errors.all_down:
-                self.check_alive()
-        left = p.flush(self.args.flush_timeout)
-        end = clock()
-        if left:
-            p.purge()
-            p.poll(0)
-            p.flush(1)
+        left = -1
+        try:
+            self.warmup(p)
+            ok[0] = 0
+            topic = self.topics[topic_key]
+            produce = p.produce
+            poll = p.poll
+            clock = time.perf_counter
+            start = clock()
+            deadline = start + max_s
+            sent = 0
+            capped = False
+            while sent < count:
+                chunk = min(count - sent, 1024)
+                for _ in range(chunk):
+                    while True:
+                        try:
+                            produce(topic, payload, partition=0)
+                            break
+                        except BufferError:  # queue full: serve delivery reports
+                            poll(0.005)
+                            self.tick()
+                sent += chunk
+                poll(0)
+                if clock() > deadline:
+                    capped = True
+                    break
+                self.tick()
+            left = self.flush(p, self.args.flush_timeout)
+            end = clock()
+        finally:
+            _discard(p, left)
         del p
         elapsed = end - start
         delivered = ok[0]
@@ -402,8 +419,7 @@ class Bench:
                     break
                 if now - last_progress > self.args.idle_timeout:
                     break  # nothing more arrives: report what was read
-                if self.errors.all_down:
-                    self.check_alive()
+                self.tick()
         finally:
             c.close()
         elapsed = end - start
@@ -463,32 +479,31 @@ class Bench:
                 }
             )
         )
-        self.warmup(p)
-        topic = self.topics["latency"]
-        payload = self.payload_1k
-        produce = p.produce
-        partial = functools.partial
-        start = clock()
-        hard_stop = start + seconds + 30
-        sent = 0
-        while sent < total:
-            now = clock()
-            due = min(total, int((now - start) * rate) + 1)
-            while sent < due:
-                produce(topic, payload, partition=0, on_delivery=partial(on_delivery, clock()))
-                sent += 1
-            wait = start + sent / rate - clock()
-            p.poll(max(0.001, wait) if wait > 0 else 0)
-            if now > hard_stop:
-                break
-            if self.errors.all_down:
-                self.check_alive()
-        send_end = clock()
-        left = p.flush(30)
-        if left:
-            p.purge()
-            p.poll(0)
-            p.flush(1)
+        left = -1
+        try:
+            self.warmup(p)
+            topic = self.topics["latency"]
+            payload = self.payload_1k
+            produce = p.produce
+            partial = functools.partial
+            start = clock()
+            hard_stop = start + seconds + 30
+            sent = 0
+            while sent < total:
+                now = clock()
+                due = min(total, int((now - start) * rate) + 1)
+                while sent < due:
+                    produce(topic, payload, partition=0, on_delivery=partial(on_delivery, clock()))
+                    sent += 1
+                wait = start + sent / rate - clock()
+                p.poll(max(0.001, wait) if wait > 0 else 0)
+                if now > hard_stop:
+                    break
+                self.tick()
+            send_end = clock()
+            left = self.flush(p, 30)
+        finally:
+            _discard(p, left)
         del p
         lat.sort()
         ms = [x * 1000 for x in lat]
@@ -516,6 +531,15 @@ class Bench:
             "mean_ms": round(sum(ms) / len(ms), 3) if ms else None,
             "valid": nerr[0] == 0 and left == 0 and len(ms) == sent,
         }
+
+
+def _discard(producer: Any, left: int) -> None:
+    """Drop whatever a producer still holds (after a failure or a timed-out flush)."""
+    if left != 0:
+        with contextlib.suppress(Exception):
+            producer.purge()
+            producer.poll(0)
+            producer.flush(1)
 
 
 def make_target(name: str, args: argparse.Namespace) -> Target:
@@ -710,7 +734,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--targets", default=",".join(ALL_TARGETS),
                     help="comma-separated subset of kplane,mock,tansu (default: all)")
     ap.add_argument("--quick", action="store_true",
-                    help="small counts for a smoke run (~30 s per target)")
+                    help="small counts for a smoke run (a few seconds per target)")
     ap.add_argument("--out", help="also write the JSON to this file")
     ap.add_argument("--records-1k", type=int, default=None,
                     help="1 KiB records per produce run (default 200000 = 205 MB; quick 5000)")
@@ -769,7 +793,12 @@ def main(argv: list[str] | None = None) -> int:
             "max_seconds_per_run": args.max_seconds,
             "latency_rate": args.latency_rate,
             "latency_seconds": args.latency_seconds,
-            "producer": {"batch.size": BATCH_BYTES, "linger.ms": 5, "compression": "none"},
+            "producer": {
+                "batch.size": BATCH_BYTES,
+                "linger.ms": 5,
+                "message.max.bytes": 2 * BATCH_BYTES,
+                "compression": "none",
+            },
             "partitions_used": 1,
             "mb": "10^6 bytes of record value",
         },

@@ -1157,7 +1157,12 @@ class GroupCoordinator:
                 for tp in expired:
                     del group.offsets[tp]
                 expired_total += len(expired)
-                if group.is_(GroupState.EMPTY) and not group.offsets and not group.members:
+                if (
+                    group.is_(GroupState.EMPTY)
+                    and not group.offsets
+                    and not group.members
+                    and not group.pending_members
+                ):
                     group.transition_to(GroupState.DEAD)
                     self._remove_group(group)
                     log.info("removed empty group with no offsets", group=group.group_id)

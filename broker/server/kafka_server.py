@@ -6,6 +6,7 @@ import dataclasses
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 import structlog
@@ -195,8 +196,16 @@ class KafkaServer:
                 int(self.config.get("fetch.max.bytes")),
             ),
             TopicApis(self.admin, self.cache, lambda: bool(self.config.get("delete.topic.enable"))),
-            GroupApis(self.group_coordinator),
+            GroupApis(
+                self.group_coordinator,
+                topic_name_of=self.cache.topic_name,
+                topic_id_of=self._topic_id,
+            ),
         ]
+
+    def _topic_id(self, topic: str) -> uuid.UUID | None:
+        info = self.cache.topic(topic)
+        return info.topic_id if info else None
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         info = self.cache.topic(topic)
@@ -278,6 +287,8 @@ class KafkaServer:
                 pool.shutdown()
         if server is not None:
             server.shutdown_processors()
+        if getattr(self, "group_coordinator", None) is not None:
+            self.group_coordinator.shutdown()
         if getattr(self, "timer", None) is not None:
             self.timer.shutdown()
         if self.metrics_http is not None:
