@@ -315,6 +315,27 @@ class Bench:
             res["delivery_error_samples"] = errs
         return res
 
+    def produce_repeated(
+        self, topic_key: str, payload: bytes, count: int, acks: str
+    ) -> dict[str, Any]:
+        """``--repeat`` produce runs into the same topic; the median run is reported."""
+        runs: list[dict[str, Any]] = []
+        for i in range(self.args.repeat):
+            r = self.produce(topic_key, payload, count, acks)
+            runs.append(r)
+            if self.args.repeat > 1:
+                log(f"     run {i + 1}/{self.args.repeat}: {_summary(r)}")
+            if not r["valid"]:
+                break
+        ranked = sorted(runs, key=lambda r: r["mb_per_s"] or 0.0)
+        res = dict(ranked[(len(ranked) - 1) // 2])
+        res["repeats"] = len(runs)
+        res["mb_per_s_runs"] = [r["mb_per_s"] for r in runs]
+        res["records_delivered_total"] = sum(r["records_delivered"] for r in runs)
+        res["valid"] = all(r["valid"] for r in runs)
+        res["time_capped"] = any(r["time_capped"] for r in runs)
+        return res
+
     def consume(self, topic_key: str, expected: int, record_bytes: int) -> dict[str, Any]:
         """Read partition 0 of the topic from its start and check offsets and count.
 
@@ -355,7 +376,10 @@ class Bench:
             retained = high - low
             if retained <= 0:
                 raise PhaseFailed(f"partition holds nothing: watermarks low={low} high={high}")
-            rereads = low > 0 or retained < expected
+            # Only a log whose start has moved on (the mock's 5 MiB cap) is
+            # re-read; a high watermark short of the count (Tansu 0.6's
+            # ListOffsets can lag what Fetch returns) is read through to the end.
+            rereads = low > 0
             # Warm-up: the measured partition is assigned but paused while the
             # warm-up record is read, so that connections and metadata exist
             # (librdkafka refreshes unknown topics only once a second) and no
@@ -381,7 +405,9 @@ class Bench:
             while n < expected:
                 # Never ask for more than is left: consume() waits until it has
                 # num_messages or the timeout passes.
-                want = min(10_000, expected - n, high - next_off)
+                want = min(10_000, expected - n)
+                if rereads:
+                    want = min(want, high - next_off)
                 msgs = c.consume(num_messages=want, timeout=0.5)
                 now = clock()
                 got = 0
@@ -407,11 +433,9 @@ class Bench:
                     n += got
                     end = now
                     last_progress = now
-                    if next_off >= high:
+                    if rereads and next_off >= high:
                         passes += 1
                         if n < expected:
-                            if not rereads:
-                                break  # at the end, short of the count
                             c.seek(TopicPartition(topic, 0, low))
                             next_off = low
                 if now > deadline:
@@ -428,6 +452,7 @@ class Bench:
             "records_expected": expected,
             "records_consumed": n,
             "watermarks": [low, high],
+            "high_watermark_matches_count": rereads or high == expected,
             "mode": (
                 f"re-read retained window of {retained} records ({passes} passes): "
                 "the target did not keep the whole run"
@@ -443,8 +468,7 @@ class Bench:
             "valid": (capped or n == expected)
             and bad_size == 0
             and bad_offsets == 0
-            and not errs
-            and (rereads or (low == 0 and high == expected)),
+            and not errs,
         }
         if bad_size:
             res["wrong_record_size"] = True
@@ -600,14 +624,17 @@ def run_target(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
         n1k = args.records_1k
         phases: list[tuple[str, Any]] = [
-            ("produce_1k_acks1", lambda: bench.produce("1k_acks1", bench.payload_1k, n1k, "1")),
+            (
+                "produce_1k_acks1",
+                lambda: bench.produce_repeated("1k_acks1", bench.payload_1k, n1k, "1"),
+            ),
             (
                 "produce_1k_acksall",
-                lambda: bench.produce("1k_acksall", bench.payload_1k, n1k, "all"),
+                lambda: bench.produce_repeated("1k_acksall", bench.payload_1k, n1k, "all"),
             ),
             (
                 "produce_100b_acks1",
-                lambda: bench.produce("100b", bench.payload_100, args.records_100b, "1"),
+                lambda: bench.produce_repeated("100b", bench.payload_100, args.records_100b, "1"),
             ),
             ("consume_1k", None),
             ("produce_latency", bench.latency),
@@ -615,7 +642,7 @@ def run_target(name: str, args: argparse.Namespace) -> dict[str, Any]:
         for phase, fn in phases:
             if phase == "consume_1k":
                 src = out.get("produce_1k_acks1", {})
-                expected = src.get("records_delivered") or 0
+                expected = src.get("records_delivered_total") or 0
                 if not expected:
                     out[phase] = {"error": "skipped: the 1 KiB acks=1 run delivered nothing"}
                     continue
@@ -742,6 +769,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="100 B records in the 100 B run (default 1000000; quick 20000)")
     ap.add_argument("--max-seconds", type=float, default=None,
                     help="time cap of each produce/consume run (default 60; quick 15)")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="produce runs per workload, median reported (default 3; quick 1)")
     ap.add_argument("--flush-timeout", type=float, default=30.0,
                     help="seconds flush() may take after the last produce (default 30)")
     ap.add_argument("--idle-timeout", type=float, default=10.0,
@@ -765,6 +794,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.records_100b = 20_000 if q else 1_000_000
     if args.max_seconds is None:
         args.max_seconds = 15.0 if q else 60.0
+    if args.repeat is None:
+        args.repeat = 1 if q else 3
+    args.repeat = max(1, args.repeat)
     if args.latency_seconds is None:
         args.latency_seconds = 2.0 if q else 10.0
     names = [t.strip() for t in args.targets.split(",") if t.strip()]
@@ -790,6 +822,7 @@ def main(argv: list[str] | None = None) -> int:
             "quick": args.quick,
             "records_1k": args.records_1k,
             "records_100b": args.records_100b,
+            "repeat": args.repeat,
             "max_seconds_per_run": args.max_seconds,
             "latency_rate": args.latency_rate,
             "latency_seconds": args.latency_seconds,

@@ -38,4 +38,6 @@ def configure_logging(level: str | None = None, json_output: bool | None = None)
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=numeric, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=numeric, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s"
+    )

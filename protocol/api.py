@@ -46,9 +46,12 @@ def response_module(api_key: int, version: int) -> ModuleType:
 
 def _payload_class(module: ModuleType, entity_type: EntityType) -> type[Any]:
     for value in vars(module).values():
-        if isinstance(value, type) and getattr(value, "__type__", None) is entity_type:
-            if value.__module__ == module.__name__:
-                return value
+        if (
+            isinstance(value, type)
+            and getattr(value, "__type__", None) is entity_type
+            and value.__module__ == module.__name__
+        ):
+            return value
     raise LookupError(f"no {entity_type.name} entity in {module.__name__}")
 
 
@@ -83,14 +86,22 @@ def response_header_version(api_key: int, version: int) -> int:
     return 1 if is_flexible(api_key, version) else 0
 
 
-@cache
+_READERS: dict[type[Any], Callable[[Any, int], tuple[Any, int]]] = {}
+_WRITERS: dict[type[Any], Callable[[io.BytesIO, Any], None]] = {}
+
+
 def _reader(cls: type[Any]) -> Callable[[Any, int], tuple[Any, int]]:
-    return entity_reader(cls)  # type: ignore[return-value]
+    reader = _READERS.get(cls)
+    if reader is None:
+        reader = _READERS[cls] = entity_reader(cls)
+    return reader
 
 
-@cache
 def _writer(cls: type[Any]) -> Callable[[io.BytesIO, Any], None]:
-    return entity_writer(cls)  # type: ignore[return-value]
+    writer = _WRITERS.get(cls)
+    if writer is None:
+        writer = _WRITERS[cls] = entity_writer(cls)
+    return writer
 
 
 def decode_request(api_key: int, version: int, buffer: Any, offset: int = 0) -> Any:
@@ -117,8 +128,13 @@ def write_entity(out: io.BytesIO, entity: Any) -> None:
     _writer(type(entity))(out, entity)
 
 
-@cache
+_FIELDS: dict[type[Any], tuple[frozenset[str], dict[str, Callable[[], Any]]]] = {}
+
+
 def _field_defaults(cls: type[Any]) -> tuple[frozenset[str], dict[str, Callable[[], Any]]]:
+    known = _FIELDS.get(cls)
+    if known is not None:
+        return known
     hints = typing.get_type_hints(cls)
     names = set()
     fillers: dict[str, Callable[[], Any]] = {}
@@ -127,7 +143,8 @@ def _field_defaults(cls: type[Any]) -> tuple[frozenset[str], dict[str, Callable[
         if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
             continue
         fillers[f.name] = _zero_for(hints[f.name], f.metadata.get("kafka_type"))
-    return frozenset(names), fillers
+    _FIELDS[cls] = (frozenset(names), fillers)
+    return _FIELDS[cls]
 
 
 def _zero_for(hint: Any, kafka_type: str | None) -> Callable[[], Any]:

@@ -8,6 +8,7 @@ UpdateMetadata over the control plane (a later issue).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -44,6 +45,7 @@ class KafkaController:
         self.epoch = 0
         self._lock = threading.RLock()
         self._known_topics: set[str] = set()
+        self._watched: set[str] = set()
 
     def startup(self) -> None:
         """Become controller, load every topic, and watch for changes."""
@@ -51,7 +53,11 @@ class KafkaController:
         store.create(
             "/controller",
             json.dumps(
-                {"version": 1, "brokerid": self.broker_id, "timestamp": str(int(time.time() * 1000))}
+                {
+                    "version": 1,
+                    "brokerid": self.broker_id,
+                    "timestamp": str(int(time.time() * 1000)),
+                }
             ).encode(),
             ephemeral=True,
             makepath=True,
@@ -62,10 +68,8 @@ class KafkaController:
             store.set("/controller_epoch", str(self.epoch).encode(), version=stat.version)
         except NoNodeError:
             self.epoch = 1
-            try:
+            with contextlib.suppress(NodeExistsError):
                 store.create("/controller_epoch", b"1")
-            except NodeExistsError:
-                pass
         self.cache.update(controller_id=self.broker_id)
         for path in ("/brokers/topics", "/brokers/ids"):
             if store.exists(path) is None:
@@ -84,9 +88,11 @@ class KafkaController:
         with self._lock:
             current = set(self.client.get_topics())
             for topic in sorted(current - self._known_topics):
-                self.client.store.watch_data(
-                    f"/brokers/topics/{topic}", lambda _p, t=topic: self._assignment_changed(t)
-                )
+                if topic not in self._watched:
+                    self._watched.add(topic)
+                    self.client.store.watch_data(
+                        f"/brokers/topics/{topic}", self._assignment_changed
+                    )
                 self._elect_leaders(topic)
             for topic in sorted(self._known_topics - current):
                 self.cache.update(removed_topics=[topic])
@@ -94,7 +100,8 @@ class KafkaController:
                 log.info("topic deleted", topic=topic)
             self._known_topics = current
 
-    def _assignment_changed(self, topic: str) -> None:
+    def _assignment_changed(self, path: str) -> None:
+        topic = path.rsplit("/", 1)[-1]
         with self._lock:
             if topic in self._known_topics and self.client.get_assignment(topic) is not None:
                 self._elect_leaders(topic)
@@ -116,7 +123,9 @@ class KafkaController:
             elif state.leader not in live:
                 leader = next((r for r in state.isr if r in live), -1)
                 state = PartitionStateRecord(
-                    leader, state.leader_epoch + 1, tuple(r for r in state.isr if r in live),
+                    leader,
+                    state.leader_epoch + 1,
+                    tuple(r for r in state.isr if r in live),
                     self.epoch,
                 )
                 self.client.set_partition_state(topic, index, state)
@@ -128,6 +137,11 @@ class KafkaController:
                 state.isr,
                 tuple(r for r in replicas if r not in live),
             )
-        self.cache.update(topics=[TopicInfo(topic, assignment.topic_id, partitions,
-                                            is_internal=topic.startswith("__"))])
+        self.cache.update(
+            topics=[
+                TopicInfo(
+                    topic, assignment.topic_id, partitions, is_internal=topic.startswith("__")
+                )
+            ]
+        )
         self._on_leadership(topic, partitions)

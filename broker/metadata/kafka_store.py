@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import time
 import uuid
@@ -213,10 +214,8 @@ class KafkaMetadataClient:
     def delete_topic(self, topic: str) -> None:
         """Remove the topic's assignment, partition states and config."""
         for path in (f"/brokers/topics/{topic}", f"/config/topics/{topic}"):
-            try:
+            with contextlib.suppress(NoNodeError):
                 self.store.delete(path, recursive=True)
-            except NoNodeError:
-                pass
 
     def set_partition_state(self, topic: str, partition: int, state: PartitionStateRecord) -> None:
         """Write a partition's leader and ISR."""
@@ -255,16 +254,24 @@ class KafkaMetadataClient:
             try:
                 data, stat = self.store.get(path)
             except NoNodeError:
-                block = {"version": 1, "broker": broker_id, "block_start": "0",
-                         "block_end": str(PRODUCER_ID_BLOCK_SIZE - 1)}
+                block = {
+                    "version": 1,
+                    "broker": broker_id,
+                    "block_start": "0",
+                    "block_end": str(PRODUCER_ID_BLOCK_SIZE - 1),
+                }
                 try:
                     self.store.create(path, json.dumps(block).encode())
                     return range(0, PRODUCER_ID_BLOCK_SIZE)
                 except NodeExistsError:
                     continue
             start = int(json.loads(data)["block_end"]) + 1
-            block = {"version": 1, "broker": broker_id, "block_start": str(start),
-                     "block_end": str(start + PRODUCER_ID_BLOCK_SIZE - 1)}
+            block = {
+                "version": 1,
+                "broker": broker_id,
+                "block_start": str(start),
+                "block_end": str(start + PRODUCER_ID_BLOCK_SIZE - 1),
+            }
             try:
                 self.store.set(path, json.dumps(block).encode(), version=stat.version)
             except BadVersionError:  # another broker won: try the next block

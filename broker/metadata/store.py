@@ -227,8 +227,9 @@ class EmbeddedMetadataStore(MetadataStore):
             node.stat.mtime_ms = _now_ms()
             if not node.stat.ephemeral:
                 self._save()
-            stat = Stat(node.stat.version, node.stat.ephemeral, node.stat.ctime_ms,
-                        node.stat.mtime_ms)
+            stat = Stat(
+                node.stat.version, node.stat.ephemeral, node.stat.ctime_ms, node.stat.mtime_ms
+            )
         self._fire([(self._data_watchers, path)])
         return stat
 

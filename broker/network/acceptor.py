@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import selectors
 import socket
 import threading
@@ -98,10 +99,8 @@ class Acceptor:
     def shutdown(self) -> None:
         """Stop accepting and close the listening socket."""
         self._running = False
-        try:
+        with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
-        except OSError:
-            pass
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         self._sock.close()

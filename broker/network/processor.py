@@ -8,6 +8,7 @@ one of its requests is in flight, so responses keep request order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import socket
 import threading
@@ -253,10 +254,9 @@ class Processor:
 
     def enqueue_response(self, response: Response) -> None:
         """Hand a response to this Processor (thread-safe)."""
-        try:
+        # A closed loop means the connection is gone with its Processor.
+        with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(self._send_response, response)
-        except RuntimeError:
-            pass  # the loop is closed: the connection is gone
 
     def _send_response(self, response: Response) -> None:
         started = time.monotonic_ns()

@@ -74,7 +74,9 @@ class SocketServer:
                 ) from exc
         for endpoint, sock in sockets:
             control = endpoint.listener_name == self.control_plane_listener_name
-            channel = self.control_channel if control and self.control_channel else self.data_channel
+            channel = (
+                self.control_channel if control and self.control_channel else self.data_channel
+            )
             count = 1 if control else self.config.num_network_threads
             pool = [self._new_processor(endpoint, channel) for _ in range(count)]
             self.processors[endpoint.listener_name] = pool

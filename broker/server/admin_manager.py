@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -26,11 +26,11 @@ _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 def validate_topic_name(name: str) -> None:
     """Kafka's topic name rules; raises KafkaError(INVALID_TOPIC_EXCEPTION)."""
     if not name:
-        raise KafkaError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
         raise KafkaError(
-            ErrorCode.invalid_topic_exception, "Topic name cannot be \".\" or \"..\""
+            ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty"
         )
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.invalid_topic_exception, 'Topic name cannot be "." or ".."')
     if len(name) > MAX_TOPIC_NAME_LENGTH:
         raise KafkaError(
             ErrorCode.invalid_topic_exception,
@@ -39,7 +39,7 @@ def validate_topic_name(name: str) -> None:
     if not _LEGAL.match(name):
         raise KafkaError(
             ErrorCode.invalid_topic_exception,
-            f"Topic name \"{name}\" is illegal, it contains a character other than "
+            f'Topic name "{name}" is illegal, it contains a character other than '
             "ASCII alphanumerics, '.', '_' and '-'",
         )
 
@@ -113,12 +113,16 @@ class AdminManager:
             raise KafkaError(
                 ErrorCode.topic_already_exists, f"Topic '{name}' already exists."
             ) from None
-        log.info("topic created", topic=name, partitions=len(partitions),
-                 replication_factor=len(next(iter(partitions.values()))))
+        log.info(
+            "topic created",
+            topic=name,
+            partitions=len(partitions),
+            replication_factor=len(next(iter(partitions.values()))),
+        )
         return assignment
 
     def _checked_assignment(
-        self, assignments: dict[int, Sequence[int]], live: list[int]
+        self, assignments: Mapping[int, Sequence[int]], live: list[int]
     ) -> dict[int, tuple[int, ...]]:
         indexes = sorted(assignments)
         if indexes != list(range(len(indexes))):
@@ -190,9 +194,8 @@ class AdminManager:
                     f"{len(assignments)} assignments provided.",
                 )
             added = self._checked_assignment(
-                {existing + i: list(a) for i, a in enumerate(assignments)} | {
-                    p: list(r) for p, r in current.partitions.items()
-                },
+                {existing + i: list(a) for i, a in enumerate(assignments)}
+                | {p: list(r) for p, r in current.partitions.items()},
                 live,
             )
         else:
@@ -202,9 +205,7 @@ class AdminManager:
                     f"Replication factor: {factor} larger than available brokers: {len(live)}.",
                 )
             fresh = assign_replicas(live, count, factor)
-            added = dict(current.partitions) | {
-                p: fresh[p] for p in range(existing, count)
-            }
+            added = dict(current.partitions) | {p: fresh[p] for p in range(existing, count)}
         if validate_only:
             return
         self.client.set_assignment(name, TopicAssignment(current.topic_id, added))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any, Protocol, TypeVar

@@ -36,8 +36,9 @@ class FetchPartitionSpec:
 class DelayedFetch(DelayedOperation):
     """A fetch waiting for ``min_bytes`` of new data or for ``max_wait_ms``."""
 
-    def __init__(self, apis: FetchApis, ctx: RequestContext, specs: list[FetchPartitionSpec],
-                 delay_ms: float) -> None:
+    def __init__(
+        self, apis: FetchApis, ctx: RequestContext, specs: list[FetchPartitionSpec], delay_ms: float
+    ) -> None:
         super().__init__(delay_ms)
         self.apis = apis
         self.ctx = ctx
@@ -56,7 +57,9 @@ class DelayedFetch(DelayedOperation):
             if spec.offset > hw or spec.offset < partition.log.log_start_offset:
                 return self.force_complete()
             if spec.offset < hw:
-                available += sum(len(v) for v in partition.log.read(spec.offset, spec.max_bytes, True))
+                available += sum(
+                    len(v) for v in partition.log.read(spec.offset, spec.max_bytes, True)
+                )
                 if available >= min_bytes:
                     return self.force_complete()
         return False
@@ -194,5 +197,3 @@ class FetchApis:
         if found is None:
             return ErrorCode.none, -1, -1, epoch
         return ErrorCode.none, found[0], found[1], epoch
-
-

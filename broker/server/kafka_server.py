@@ -138,7 +138,8 @@ class KafkaServer:
             else None
         )
         self.metrics.register_gauge(
-            REQUEST_QUEUE_SIZE, "Requests waiting in the data-plane queue",
+            REQUEST_QUEUE_SIZE,
+            "Requests waiting in the data-plane queue",
             lambda: float(self.data_channel.size),
         )
         try:
@@ -282,7 +283,10 @@ class KafkaServer:
             drained = server.wait_for_in_flight(SHUTDOWN_DRAIN_SECONDS)
             if not drained:
                 log.warning("shutdown: requests still in flight after drain timeout")
-        for pool in (getattr(self, "handler_pool", None), getattr(self, "control_handler_pool", None)):
+        for pool in (
+            getattr(self, "handler_pool", None),
+            getattr(self, "control_handler_pool", None),
+        ):
             if pool is not None:
                 pool.shutdown()
         if server is not None:
@@ -296,5 +300,6 @@ class KafkaServer:
         if getattr(self, "store", None) is not None:
             self.store.close()
         if self._started:
-            log.info("stopped", broker_id=self.broker_id,
-                     seconds=round(time.monotonic() - started, 3))
+            log.info(
+                "stopped", broker_id=self.broker_id, seconds=round(time.monotonic() - started, 3)
+            )

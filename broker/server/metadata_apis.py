@@ -106,8 +106,12 @@ class MetadataApis:
             self.admin.create_topic(name)
         except KafkaError as exc:
             if exc.code is not ErrorCode.topic_already_exists:
-                log.info("auto topic creation failed", topic=name, error=exc.code.name,
-                         reason=exc.message)
+                log.info(
+                    "auto topic creation failed",
+                    topic=name,
+                    error=exc.code.name,
+                    reason=exc.message,
+                )
                 return exc.code, None
         info = self.cache.topic(name)
         return (ErrorCode.none, info) if info else (ErrorCode.leader_not_available, None)

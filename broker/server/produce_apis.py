@@ -97,8 +97,10 @@ class ProduceApis:
         if acks == 0:
             # Kafka closes the connection so an acks=0 producer notices a failed write.
             if any_error:
-                log.info("closing acks=0 connection after a failed produce",
-                         connection=ctx.request.connection_id)
+                log.info(
+                    "closing acks=0 connection after a failed produce",
+                    connection=ctx.request.connection_id,
+                )
                 ctx.close_connection()
             else:
                 ctx.respond_nothing()
@@ -110,11 +112,15 @@ class ProduceApis:
         if req.transactional_id is not None:
             ctx.respond(
                 ctx.make_response(
-                    error_code=ErrorCode.coordinator_not_available, producer_id=-1, producer_epoch=-1
+                    error_code=ErrorCode.coordinator_not_available,
+                    producer_id=-1,
+                    producer_epoch=-1,
                 )
             )
-            log.info("transactional producer refused: transactions are not supported yet",
-                     transactional_id=req.transactional_id)
+            log.info(
+                "transactional producer refused: transactions are not supported yet",
+                transactional_id=req.transactional_id,
+            )
             return
         pid = self.producer_ids.generate()
         ctx.respond(ctx.make_response(error_code=ErrorCode.none, producer_id=pid, producer_epoch=0))
@@ -124,5 +130,3 @@ def _ms_to_datetime(ms: int) -> datetime.datetime | None:
     if ms < 0:
         return None
     return datetime.datetime.fromtimestamp(ms / 1000.0, tz=datetime.UTC)
-
-

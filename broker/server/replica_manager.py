@@ -106,8 +106,12 @@ class ReplicaManager:
             log.debug("append refused", partition=str(tp), error=exc.code.name, reason=exc.message)
             return AppendResult(exc.code, exc.message)
         except InvalidRecordError as exc:
-            log.info("invalid records refused", partition=str(tp), error=exc.error_code.name,
-                     reason=str(exc))
+            log.info(
+                "invalid records refused",
+                partition=str(tp),
+                error=exc.error_code.name,
+                reason=str(exc),
+            )
             return AppendResult(exc.error_code, str(exc))
         self.fetch_purgatory.check_and_complete(tp)
         return AppendResult(info=info)

@@ -60,8 +60,14 @@ class TopicApis:
                     "num_partitions": len(assignment.partitions),
                     "replication_factor": len(next(iter(assignment.partitions.values()))),
                     "configs": tuple(
-                        ctx.make("CreatableTopicConfigs", name=k, value=v, read_only=False,
-                                 config_source=1, is_sensitive=False)
+                        ctx.make(
+                            "CreatableTopicConfigs",
+                            name=k,
+                            value=v,
+                            read_only=False,
+                            config_source=1,
+                            is_sensitive=False,
+                        )
                         for k, v in sorted(configs.items())
                     ),
                 }
@@ -88,8 +94,10 @@ class TopicApis:
             error, message = ErrorCode.none, None
             try:
                 if not self._delete_enabled():
-                    raise KafkaError(ErrorCode.topic_deletion_disabled,
-                                     "Topic deletion is disabled (delete.topic.enable=false).")
+                    raise KafkaError(
+                        ErrorCode.topic_deletion_disabled,
+                        "Topic deletion is disabled (delete.topic.enable=false).",
+                    )
                 if name is None:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} not found")
                 topic_id = self.admin.delete_topic(name)

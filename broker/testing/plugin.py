@@ -142,16 +142,23 @@ def broker_process(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
         port = free_port()
         log_path = tmp_path / f"kplane-{len(processes)}.log"
         args = [
-            sys.executable, "-m", "broker.tools.cli", "serve", str(REPO_ROOT / config_file),
-            "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-            "--override", f"log.dirs={tmp_path / f'proc-{len(processes)}'}",
+            sys.executable,
+            "-m",
+            "broker.tools.cli",
+            "serve",
+            str(REPO_ROOT / config_file),
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{port}",
+            "--override",
+            f"log.dirs={tmp_path / f'proc-{len(processes)}'}",
         ]
         for item in overrides:
             args += ["--override", item]
         env = dict(os.environ, KPLANE_LOG_FORMAT="json")
         with open(log_path, "wb") as out:
-            process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                       cwd=REPO_ROOT)
+            process = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT
+            )
         handle = BrokerProcess(process, port, log_path)
         processes.append(handle)
         wait_for_port("127.0.0.1", port)

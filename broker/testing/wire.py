@@ -29,9 +29,7 @@ class WireClient:
         version = int(request.__version__) if api_version is None else api_version
         correlation_id = next(self._correlation)
         body = api.encode(request)
-        self.sock.sendall(
-            encode_request_frame(key, version, correlation_id, self.client_id, body)
-        )
+        self.sock.sendall(encode_request_frame(key, version, correlation_id, self.client_id, body))
         return correlation_id
 
     def read_frame(self) -> bytes:

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition as AioTopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import TopicPartition as AioTopicPartition
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic

@@ -21,13 +21,17 @@ def _wire(broker: RunningBroker) -> WireClient:
 
 def _still_serves(broker: RunningBroker) -> None:
     with _wire(broker) as client:
-        response = client.request(ApiVersionsV3(client_software_name="t", client_software_version="1"))
+        response = client.request(
+            ApiVersionsV3(client_software_name="t", client_software_version="1")
+        )
         assert response.error_code == ErrorCode.none
 
 
 def test_api_versions_lists_every_served_api(broker: RunningBroker) -> None:
     with _wire(broker) as client:
-        response = client.request(ApiVersionsV3(client_software_name="t", client_software_version="1"))
+        response = client.request(
+            ApiVersionsV3(client_software_name="t", client_software_version="1")
+        )
     keys = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     for key in (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 22, 37, 42, 60):
         assert key in keys, key

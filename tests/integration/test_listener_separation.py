@@ -57,7 +57,9 @@ def test_describe_cluster_and_find_coordinator_follow_the_listener(broker_factor
             cluster = client.request(
                 DescribeClusterRequest(include_cluster_authorized_operations=False, endpoint_type=1)
             )
-            coordinator = client.request(FindCoordinatorRequest(key_type=0, coordinator_keys=("g",)))
+            coordinator = client.request(
+                FindCoordinatorRequest(key_type=0, coordinator_keys=("g",))
+            )
         assert [(b.host, b.port) for b in cluster.brokers] == [advertised[name]]
         assert cluster.controller_id == 0
         found = coordinator.coordinators[0]
@@ -128,7 +130,9 @@ def test_leader_without_the_listener(broker_factory) -> None:
                         name="internal-only",
                         num_partitions=-1,
                         replication_factor=-1,
-                        assignments=(CreatableReplicaAssignment(partition_index=0, broker_ids=(1,)),),
+                        assignments=(
+                            CreatableReplicaAssignment(partition_index=0, broker_ids=(1,)),
+                        ),
                         configs=(),
                     ),
                 ),
