@@ -29,11 +29,20 @@ def render_markdown(defs: Iterable[ConfigDef] = CONFIG_DEFS) -> str:
         "| name | type | default | dynamic scope | description |",
         "|---|---|---|---|---|",
     ]
-    for d in defs:
+    defs = list(defs)
+    for d in (d for d in defs if d.honoured):
         doc = d.doc if d.validator is None else f"{d.doc} Valid values: {d.validator}."
         lines.append(
             f"| `{d.name}` | {d.type.value} | `{_cell(_default(d))}` | {d.dynamic.value} "
             f"| {_cell(doc)} |"
+        )
+    pending = [d.name for d in defs if not d.honoured]
+    if pending:
+        lines.append("")
+        lines.append(
+            "Accepted and validated, but not acted on yet: "
+            + ", ".join(f"`{name}`" for name in pending)
+            + "."
         )
     return "\n".join(lines) + "\n"
 

@@ -56,6 +56,8 @@ class KafkaConfig:
         for key in props:
             if key not in CONFIGS and not key.startswith(LISTENER_PREFIX):
                 log.warning("unknown config", key=key)
+            elif key in CONFIGS and not CONFIGS[key].honoured:
+                log.warning("config accepted but not acted on yet", key=key)
 
         broker_id = self._values["broker.id"]
         self.broker_id = 0 if broker_id == -1 else broker_id

@@ -86,6 +86,7 @@ class KafkaServer:
             self.cache,
             self.fetch_purgatory,
             int(config.get("message.max.bytes")),
+            int(config.get("min.insync.replicas")),
         )
         self.admin = AdminManager(
             self.client,

@@ -71,7 +71,9 @@ class ProduceApis:
                 elif name is None:
                     result = AppendResult(ErrorCode.unknown_topic_id, "unknown topic id")
                 else:
-                    result = self.replica_manager.append(TopicPartition(name, pd.index), pd.records)
+                    result = self.replica_manager.append(
+                        TopicPartition(name, pd.index), pd.records, acks
+                    )
                 any_error |= result.error is not ErrorCode.none
                 info = result.info
                 partitions_out.append(

@@ -51,12 +51,14 @@ class ReplicaManager:
         cache: MetadataCache,
         fetch_purgatory: DelayedOperationPurgatory,
         max_message_bytes: int,
+        min_insync_replicas: int,
     ) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.cache = cache
         self.fetch_purgatory = fetch_purgatory
         self.max_message_bytes = max_message_bytes
+        self.min_insync_replicas = min_insync_replicas
 
     # leadership -----------------------------------------------------------------------
     def become_leader_or_follower(self, topic: str, partitions: dict[int, PartitionInfo]) -> None:
@@ -86,10 +88,17 @@ class ReplicaManager:
         return partition
 
     # append --------------------------------------------------------------------------
-    def append(self, tp: TopicPartition, records: bytes | None) -> AppendResult:
-        """Check and append one partition's records as leader."""
+    def append(self, tp: TopicPartition, records: bytes | None, acks: int) -> AppendResult:
+        """Check and append one partition's records as leader.
+
+        With ``acks=-1`` the ISR must hold ``min.insync.replicas`` replicas; every replica
+        in the ISR has the records once they are appended (replication comes later), so
+        the answer is immediate.
+        """
         try:
             partition = self.leader_partition(tp)
+            if acks == -1:
+                self._check_min_isr(tp)
             if not records:
                 raise KafkaError(ErrorCode.corrupt_message, "produce request has no records")
             buffer = bytearray(records)
@@ -115,6 +124,16 @@ class ReplicaManager:
             return AppendResult(exc.error_code, str(exc))
         self.fetch_purgatory.check_and_complete(tp)
         return AppendResult(info=info)
+
+    def _check_min_isr(self, tp: TopicPartition) -> None:
+        topic = self.cache.topic(tp.topic)
+        isr = topic.partitions[tp.partition].isr if topic else ()
+        if len(isr) < self.min_insync_replicas:
+            raise KafkaError(
+                ErrorCode.not_enough_replicas,
+                f"The size of the current ISR {set(isr)} is insufficient to satisfy the "
+                f"min.isr requirement of {self.min_insync_replicas} for partition {tp}",
+            )
 
     # read ----------------------------------------------------------------------------
     def read(
