@@ -748,6 +748,7 @@ def machine_info() -> dict[str, Any]:
         "cpu_model": cpu_model,
         "mem_total_gb": mem_gb,
         "kernel": platform.release(),
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
         "confluent_kafka": confluent_kafka.version(),
         "librdkafka": confluent_kafka.libversion()[0],
@@ -815,6 +816,9 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     started = time.monotonic()
+    load1 = os.getloadavg()[0]
+    if load1 > 0.5:
+        log(f"note: 1-minute load average is {load1:.2f}: other work on this machine skews figures")
     result: dict[str, Any] = {
         "machine": machine_info(),
         "started_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -852,6 +856,7 @@ def main(argv: list[str] | None = None) -> int:
         "kplane_vs_mock": ratios(result["targets"], "mock"),
     }
     result["elapsed_s"] = round(time.monotonic() - started, 1)
+    result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

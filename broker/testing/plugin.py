@@ -27,7 +27,6 @@ TEST_DEFAULTS: dict[str, str] = {
     "num.io.threads": "4",
     "num.partitions": "1",
     "group.initial.rebalance.delay.ms": "0",
-    "offsets.topic.replication.factor": "1",
 }
 
 
