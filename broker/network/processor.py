@@ -69,7 +69,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def dispatch(self) -> None:
         """Send the next pending frame to the RequestChannel unless one is in flight."""
-        if self.in_flight is not None or self.closing:
+        if self.in_flight is not None or self.closing or self.processor.draining:
             return
         if not self.pending:
             if self._reading_paused and self.transport is not None:
@@ -143,6 +143,7 @@ class Processor:
         self._index = itertools.count()
         self.busy_ns = 0
         self.idle_connections_killed = 0
+        self.draining = False
         self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
         self._thread = threading.Thread(
             target=self._run,
@@ -273,6 +274,18 @@ class Processor:
     def in_flight(self) -> int:
         """Requests of this Processor's connections waiting for an answer."""
         return sum(1 for c in list(self.connections.values()) if c.in_flight is not None)
+
+    def stop_reading(self) -> None:
+        """Take no new requests off any connection (shutdown drains what is in flight)."""
+
+        def pause_all() -> None:
+            self.draining = True
+            for conn in self.connections.values():
+                if conn.transport is not None and not conn.closing:
+                    conn.transport.pause_reading()
+
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(pause_all)
 
     def shutdown(self) -> None:
         """Close every connection and stop the loop."""

@@ -119,9 +119,11 @@ class SocketServer:
         return [p for pool in self.processors.values() for p in pool]
 
     def stop_accepting(self) -> None:
-        """Close the listening sockets; connections stay open."""
+        """Close the listening sockets and take no new requests; connections stay open."""
         for acceptor in self.acceptors.values():
             acceptor.shutdown()
+        for processor in self.all_processors():
+            processor.stop_reading()
 
     def wait_for_in_flight(self, timeout_s: float) -> bool:
         """Wait until no request is in flight or queued; True when drained in time."""

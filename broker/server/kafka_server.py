@@ -271,36 +271,50 @@ class KafkaServer:
 
     # shutdown ------------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Stop accepting, let in-flight requests finish, close connections, stop threads."""
+        """Stop accepting, let in-flight requests finish, close connections, stop threads.
+
+        Every step runs even when an earlier one fails, so a half-started broker is
+        cleaned up and the error that stopped its start-up is the one reported.
+        """
         if self._stopped.is_set():
             return
         self._stopped.set()
         started = time.monotonic()
         server = self.socket_server
+        steps: list[tuple[str, Callable[[], object]]] = []
         if server is not None:
-            server.stop_accepting()
-            if getattr(self, "fetch_purgatory", None) is not None:
-                self.fetch_purgatory.complete_all()
-            drained = server.wait_for_in_flight(SHUTDOWN_DRAIN_SECONDS)
-            if not drained:
-                log.warning("shutdown: requests still in flight after drain timeout")
+            steps.append(("stop accepting", server.stop_accepting))
+        if getattr(self, "fetch_purgatory", None) is not None:
+            steps.append(("complete delayed fetches", self.fetch_purgatory.complete_all))
+        if server is not None:
+            steps.append(("drain", self._drain))
         for pool in (
             getattr(self, "handler_pool", None),
             getattr(self, "control_handler_pool", None),
         ):
             if pool is not None:
-                pool.shutdown()
+                steps.append(("stop handlers", pool.shutdown))
         if server is not None:
-            server.shutdown_processors()
+            steps.append(("stop processors", server.shutdown_processors))
         if getattr(self, "group_coordinator", None) is not None:
-            self.group_coordinator.shutdown()
+            steps.append(("stop group coordinator", self.group_coordinator.shutdown))
         if getattr(self, "timer", None) is not None:
-            self.timer.shutdown()
+            steps.append(("stop timer", self.timer.shutdown))
         if self.metrics_http is not None:
-            self.metrics_http.stop()
+            steps.append(("stop metrics http", self.metrics_http.stop))
         if getattr(self, "store", None) is not None:
-            self.store.close()
+            steps.append(("close metadata store", self.store.close))
+        for name, step in steps:
+            try:
+                step()
+            except Exception:
+                log.exception("shutdown step failed", step=name)
         if self._started:
             log.info(
                 "stopped", broker_id=self.broker_id, seconds=round(time.monotonic() - started, 3)
             )
+
+    def _drain(self) -> None:
+        assert self.socket_server is not None
+        if not self.socket_server.wait_for_in_flight(SHUTDOWN_DRAIN_SECONDS):
+            log.warning("shutdown: requests still in flight after drain timeout")

@@ -65,6 +65,7 @@ class RequestHandlerPool:
 
     def shutdown(self) -> None:
         """Stop every thread after the requests already taken."""
-        self.channel.send_shutdown(len(self._threads))
-        for thread in self._threads:
+        started = [t for t in self._threads if t.ident is not None]
+        self.channel.send_shutdown(len(started))
+        for thread in started:
             thread.join(timeout=5)

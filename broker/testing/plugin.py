@@ -58,7 +58,7 @@ class BrokerProcess:
     """A ``kplane serve`` child process."""
 
     process: subprocess.Popen[bytes]
-    port: int
+    port: int | None
     log_path: Path
     stopped: bool = field(default=False)
 
@@ -137,20 +137,17 @@ def broker_process(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     """Start ``kplane serve`` as a child process; killed at teardown if still running."""
     processes: list[BrokerProcess] = []
 
-    def start(config_file: str = "configs/server.properties", *overrides: str) -> BrokerProcess:
-        port = free_port()
+    def start(
+        config_file: str = "configs/server.properties", *overrides: str, plaintext_port: bool = True
+    ) -> BrokerProcess:
+        """With ``plaintext_port`` the listeners become one PLAINTEXT listener on a free
+        port, waited for; without it the config's listeners stay as given."""
+        port = free_port() if plaintext_port else None
         log_path = tmp_path / f"kplane-{len(processes)}.log"
-        args = [
-            sys.executable,
-            "-m",
-            "broker.tools.cli",
-            "serve",
-            str(REPO_ROOT / config_file),
-            "--override",
-            f"listeners=PLAINTEXT://127.0.0.1:{port}",
-            "--override",
-            f"log.dirs={tmp_path / f'proc-{len(processes)}'}",
-        ]
+        args = [sys.executable, "-m", "broker.tools.cli", "serve", str(REPO_ROOT / config_file)]
+        args += ["--override", f"log.dirs={tmp_path / f'proc-{len(processes)}'}"]
+        if port is not None:
+            args += ["--override", f"listeners=PLAINTEXT://127.0.0.1:{port}"]
         for item in overrides:
             args += ["--override", item]
         env = dict(os.environ, KPLANE_LOG_FORMAT="json")
@@ -160,7 +157,8 @@ def broker_process(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
             )
         handle = BrokerProcess(process, port, log_path)
         processes.append(handle)
-        wait_for_port("127.0.0.1", port)
+        if port is not None:
+            wait_for_port("127.0.0.1", port)
         return handle
 
     yield start
