@@ -6,6 +6,9 @@ import struct
 from dataclasses import dataclass
 from functools import cache
 
+from kio.serial.errors import BufferUnderflow
+from kio.serial.readers import read_unsigned_varint
+
 from protocol import api
 
 _SIZE = struct.Struct(">i")
@@ -125,18 +128,12 @@ def parse_request_header(frame: bytes) -> RequestHeader:
 
 
 def read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    """Read an unsigned varint; return (value, next position)."""
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(data) or shift > 28:
-            raise InvalidRequestHeader("malformed unsigned varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
+    """Read an unsigned varint with kio's reader; return (value, next position)."""
+    try:
+        value, size = read_unsigned_varint(data, pos)
+    except (BufferUnderflow, ValueError) as exc:
+        raise InvalidRequestHeader("malformed unsigned varint") from exc
+    return int(value), pos + size
 
 
 def response_frame_prefix(
