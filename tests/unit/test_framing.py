@@ -1,0 +1,100 @@
+"""Frames and headers: hypothesis round-trips through the sans-IO codecs."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol import api
+from protocol.framing import (
+    FrameDecoder,
+    FrameTooLarge,
+    InvalidRequestHeader,
+    encode_request_frame,
+    parse_request_header,
+    response_frame_prefix,
+)
+
+SERVED = [key for key in api.API_NAMES if len(api.kio_versions(key))]
+api_and_version = st.sampled_from(SERVED).flatmap(
+    lambda key: st.tuples(st.just(key), st.sampled_from(list(api.kio_versions(key))))
+)
+
+
+@given(
+    api_and_version,
+    st.integers(min_value=-(2**31), max_value=2**31 - 1),
+    st.one_of(st.none(), st.text(max_size=40)),
+    st.binary(max_size=200),
+)
+def test_request_header_round_trip(
+    key_version: tuple[int, int], correlation_id: int, client_id: str | None, body: bytes
+) -> None:
+    key, version = key_version
+    frame = encode_request_frame(key, version, correlation_id, client_id, body)
+    [payload] = FrameDecoder(len(frame)).feed(frame)
+    header = parse_request_header(payload)
+    assert (header.api_key, header.api_version, header.correlation_id) == (
+        key,
+        version,
+        correlation_id,
+    )
+    if api.request_header_version(key, version) >= 1:
+        assert header.client_id == client_id
+    assert payload[header.body_offset :] == body
+
+
+@given(st.lists(st.binary(max_size=300), max_size=8), st.integers(min_value=1, max_value=64))
+def test_decoder_reassembles_frames_split_anywhere(payloads: list[bytes], chunk: int) -> None:
+    stream = b"".join(struct.pack(">i", len(p)) + p for p in payloads)
+    decoder = FrameDecoder(1000)
+    got: list[bytes] = []
+    for i in range(0, len(stream), chunk):
+        got += decoder.feed(stream[i : i + chunk])
+    assert got == payloads
+    assert decoder.buffered == 0
+
+
+def test_decoder_refuses_frames_over_the_limit_before_the_body_arrives() -> None:
+    decoder = FrameDecoder(100)
+    with pytest.raises(FrameTooLarge) as info:
+        decoder.feed(struct.pack(">i", 101))
+    assert (info.value.size, info.value.limit) == (101, 100)
+    with pytest.raises(FrameTooLarge):
+        FrameDecoder(100).feed(struct.pack(">i", -1))
+
+
+@given(api_and_version, st.integers(min_value=0, max_value=2**31 - 1), st.integers(0, 10_000))
+def test_response_prefix_sizes(
+    key_version: tuple[int, int], correlation_id: int, size: int
+) -> None:
+    key, version = key_version
+    prefix = response_frame_prefix(key, version, correlation_id, size)
+    (frame_size, got_id) = struct.unpack_from(">ii", prefix)
+    assert got_id == correlation_id
+    assert frame_size == len(prefix) - 4 + size
+    flexible_header = api.response_header_version(key, version) == 1
+    assert len(prefix) == (9 if flexible_header else 8)
+
+
+def test_api_versions_response_header_is_always_v0() -> None:
+    assert api.response_header_version(18, 3) == 0
+    assert api.request_header_version(18, 3) == 2
+
+
+@pytest.mark.parametrize("frame", [b"", b"\x00\x03", b"\x00\x03\x00\x0c\x00\x00\x00\x01\x00\x09ab"])
+def test_truncated_headers_raise(frame: bytes) -> None:
+    with pytest.raises(InvalidRequestHeader):
+        parse_request_header(frame)
+
+
+@given(api_and_version)
+def test_every_served_version_has_request_and_response_classes(kv: tuple[int, int]) -> None:
+    key, version = kv
+    request = api.request_class(key, version)
+    response = api.response_class(key, version)
+    assert int(request.__api_key__) == key == int(response.__api_key__)
+    assert int(request.__version__) == version
