@@ -104,6 +104,14 @@ def _writer(cls: type[Any]) -> Callable[[io.BytesIO, Any], None]:
     return writer
 
 
+def warm(versions: dict[int, range]) -> None:
+    """Load the classes and codecs of every served version ahead of the first request."""
+    for key, served in versions.items():
+        for version in served:
+            _reader(request_class(key, version))
+            _writer(response_class(key, version))
+
+
 def decode_request(api_key: int, version: int, buffer: Any, offset: int = 0) -> Any:
     """Decode a request body starting at ``offset``; raises on malformed bytes."""
     value, _size = _reader(request_class(api_key, version))(buffer, offset)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import signal
 import threading
 from typing import Any
@@ -13,6 +14,7 @@ from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
 from broker.logging_setup import configure_logging
 from broker.server.kafka_server import KafkaServer
+from protocol import api
 
 log = structlog.get_logger(__name__)
 
@@ -29,6 +31,16 @@ def add_parser(sub: Any) -> None:
         help="override a property of the file (repeatable)",
     )
     parser.set_defaults(func=run)
+
+
+def settle_heap(server: KafkaServer) -> None:
+    """Load every served schema now, then move what start-up allocated out of the garbage
+    collector's generations: full collections then walk only what requests allocate
+    (measured: a full collection over kio's loaded schemas takes about 50 ms otherwise,
+    which showed as 40 ms produce-latency spikes)."""
+    api.warm(dict(server.apis.supported_versions()))
+    gc.collect()
+    gc.freeze()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         log.error("cannot start", error=str(exc))
         return 1
+    settle_heap(server)
     while not stop.wait(0.5):
         pass
     server.shutdown()
