@@ -51,7 +51,7 @@ class Response:
     """Frame pieces to write for ``request``; ``None`` writes nothing but unmutes."""
 
     request: Request
-    pieces: list[bytes] | None
+    pieces: list[bytes | memoryview] | None
     close_connection: bool = False
 
 

@@ -85,7 +85,7 @@ class RequestContext:
         )
         self._channel.send_response(Response(self.request, [prefix, payload]))
 
-    def respond_pieces(self, body_pieces: list[bytes]) -> None:
+    def respond_pieces(self, body_pieces: list[bytes | memoryview]) -> None:
         """Send a body already serialized in pieces (Fetch keeps stored batches out of kio)."""
         if not self._claim():
             return
