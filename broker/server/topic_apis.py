@@ -69,7 +69,9 @@ class TopicApis:
                             is_sensitive=False,
                         )
                         for k, v in sorted(configs.items())
-                    ),
+                    )
+                    if ctx.api_version >= 5  # CreateTopics v5 added the effective configs
+                    else None,
                 }
             except KafkaError as exc:
                 values |= {
