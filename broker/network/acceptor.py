@@ -6,7 +6,6 @@ import contextlib
 import selectors
 import socket
 import threading
-from collections.abc import Callable, Sequence
 
 import structlog
 
@@ -39,7 +38,7 @@ class Acceptor:
         self,
         endpoint: EndPoint,
         sock: socket.socket,
-        processors: Callable[[], Sequence[Processor]],
+        processors: list[Processor],
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
         thread_name: str | None = None,
@@ -85,7 +84,7 @@ class Acceptor:
                 log.warning("accept failed", listener=self.endpoint.listener_name, error=str(exc))
                 return
             self._configure(conn)
-            processor = min(self._processors(), key=lambda p: p.connection_count)
+            processor = min(self._processors, key=lambda p: p.connection_count)
             processor.accept(conn, addr)
 
     def _configure(self, conn: socket.socket) -> None:

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.config.endpoint import SecurityProtocol
+from broker.metrics.registry import DATA_PLANE
 from protocol.framing import RequestHeader
 
-DATA_PLANE = "data"
-CONTROL_PLANE = "control"
 CONTROL_PLANE_QUEUE_SIZE = 20
 
 

@@ -40,7 +40,7 @@ class SocketServer:
         control_channel: RequestChannel | None,
         is_known_api: Callable[[int], bool],
         on_response_sent: RequestObserver | None = None,
-        idle_observer: Callable[[Processor], IdleObserver] | None = None,
+        idle_observer: Callable[[int, str], IdleObserver] | None = None,
     ) -> None:
         self.listeners = listeners
         self.control_plane_listener_name = control_plane_listener_name
@@ -83,7 +83,7 @@ class SocketServer:
             acceptor = Acceptor(
                 endpoint,
                 sock,
-                lambda pool=pool: pool,  # type: ignore[misc]
+                pool,
                 self.config.socket_send_buffer_bytes,
                 self.config.socket_receive_buffer_bytes,
                 thread_name="control-plane-kafka-socket-acceptor" if control else None,
@@ -101,18 +101,19 @@ class SocketServer:
             acceptor.start()
 
     def _new_processor(self, endpoint: EndPoint, channel: RequestChannel) -> Processor:
-        processor = Processor(
-            next(self._ids),
+        processor_id = next(self._ids)
+        return Processor(
+            processor_id,
             endpoint,
             channel,
             self.config.socket_request_max_bytes,
             self.config.connections_max_idle_ms,
             self._is_known_api,
             self._on_response_sent,
+            self._idle_observer(processor_id, endpoint.listener_name)
+            if self._idle_observer
+            else None,
         )
-        if self._idle_observer is not None:
-            processor._on_idle = self._idle_observer(processor)
-        return processor
 
     def all_processors(self) -> list[Processor]:
         """Every Processor of every listener."""

@@ -20,22 +20,19 @@ from broker.metadata.cache import MetadataCache
 from broker.metadata.kafka_store import BrokerRegistration, KafkaMetadataClient
 from broker.metadata.store import EmbeddedMetadataStore, MetadataStore, NodeExistsError
 from broker.metrics import (
+    CONTROL_PLANE,
+    DATA_PLANE,
     NETWORK_PROCESSOR_AVG_IDLE_PERCENT,
     REQUEST_HANDLER_AVG_IDLE_PERCENT,
     REQUEST_QUEUE_SIZE,
     BrokerMetrics,
     MetricsHttpServer,
 )
-from broker.network.processor import Processor
-from broker.network.request_channel import (
-    CONTROL_PLANE,
-    CONTROL_PLANE_QUEUE_SIZE,
-    DATA_PLANE,
-    RequestChannel,
-)
+from broker.network.request_channel import CONTROL_PLANE_QUEUE_SIZE, RequestChannel
 from broker.network.socket_server import SocketServer, SocketServerConfig
 from broker.server.admin_manager import AdminManager, TopicDefaults
 from broker.server.api_versions import ApiVersionsApi
+from broker.server.context import ApiFamily
 from broker.server.fetch_apis import FetchApis
 from broker.server.group_apis import GroupApis
 from broker.server.kafka_apis import KafkaApis
@@ -177,7 +174,7 @@ class KafkaServer:
             )
         log.info("started", broker_id=self.broker_id, cluster_id=self.cluster_id)
 
-    def _api_families(self) -> list:
+    def _api_families(self) -> list[ApiFamily]:
         return [
             ApiVersionsApi(lambda: self.apis.supported_versions()),
             MetadataApis(
@@ -225,10 +222,10 @@ class KafkaServer:
             channel, lambda request: self.apis.handle(request, channel), threads, on_idle
         )
 
-    def _processor_idle_meter(self, processor: Processor) -> Callable[[int, int], None]:
+    def _processor_idle_meter(self, processor_id: int, listener: str) -> Callable[[int, int], None]:
         meter = self.metrics.idle_meter(
             NETWORK_PROCESSOR_AVG_IDLE_PERCENT,
-            {"networkProcessor": str(processor.id), "listener": processor.endpoint.listener_name},
+            {"networkProcessor": str(processor_id), "listener": listener},
         )
 
         def on_idle(idle_ns: int, _total_ns: int) -> None:

@@ -11,12 +11,18 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import TopicName
 
 from broker.config.kafka_config import KafkaConfig
 from broker.logging_setup import configure_logging
 from broker.server.kafka_server import KafkaServer
+from broker.testing.wire import WireClient
+from protocol.errors import ErrorCode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,6 +57,52 @@ class RunningBroker:
     def stop(self) -> None:
         """Shut the broker down (idempotent)."""
         self.server.shutdown()
+
+    def wire(self, listener: str | None = None) -> WireClient:
+        """A raw wire connection to ``listener``."""
+        return WireClient(*self.address(listener))
+
+    def topic_metadata(
+        self, topic: str, allow_auto: bool = False, listener: str | None = None
+    ) -> Any:
+        """The MetadataResponseTopic of ``topic`` (Metadata v12 on the wire)."""
+        with self.wire(listener) as client:
+            response = client.request(
+                MetadataRequest(
+                    topics=(MetadataRequestTopic(name=TopicName(topic), topic_id=None),),
+                    allow_auto_topic_creation=allow_auto,
+                    include_topic_authorized_operations=False,
+                )
+            )
+        (found,) = response.topics
+        return found
+
+    def wait_for_partitions(self, topic: str, count: int, timeout: float = 30.0) -> Any:
+        """Wait until Metadata shows ``topic`` with ``count`` partitions, each led."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.topic_metadata(topic)
+            if (
+                found.error_code == ErrorCode.none
+                and len(found.partitions) == count
+                and all(
+                    p.leader_id >= 0 and p.error_code == ErrorCode.none for p in found.partitions
+                )
+            ):
+                return found
+            assert time.monotonic() < deadline, f"{topic}: not {count} led partitions: {found}"
+            time.sleep(0.05)
+
+    def create_topic(
+        self, topic: str, partitions: int = 1, config: Mapping[str, str] | None = None
+    ) -> None:
+        """Create ``topic`` through confluent-kafka's AdminClient and wait until it is led."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap()})
+        new = NewTopic(
+            topic, num_partitions=partitions, replication_factor=1, config=dict(config or {})
+        )
+        admin.create_topics([new], operation_timeout=10)[topic].result(timeout=30)
+        self.wait_for_partitions(topic, partitions)
 
 
 @dataclass
