@@ -7,7 +7,6 @@ checked with raw Fetch v12 requests, whose answers are decoded into records.
 
 from __future__ import annotations
 
-import datetime
 import threading
 import time
 import urllib.request
@@ -17,50 +16,31 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v7.request import (
     ListOffsetsPartition,
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
-from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.static.primitive import i8, i16, i32, i64
+from kio.schema.metadata.v12.request import MetadataRequest
+from kio.static.primitive import i8, i32, i64
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.testing.plugin import RunningBroker
 from broker.testing.wire import WireClient
 from protocol.errors import ErrorCode
 from protocol.records import Record, build_batch, iter_all_records, read_partial_batches
+from tests.integration.helpers import fetch_partition, fetch_request, produce, recs
 
 DEADLINE_S = 30.0
 
 
 # helpers ------------------------------------------------------------------------------------
-def _wire(broker: RunningBroker) -> WireClient:
-    return WireClient(*broker.address())
-
-
 def _admin(broker: RunningBroker) -> AdminClient:
     return AdminClient({"bootstrap.servers": broker.bootstrap()})
 
 
-def metadata(broker: RunningBroker, topic: str, allow_auto: bool = False) -> Any:
-    """The MetadataResponseTopic of ``topic`` (Metadata v12 on the wire)."""
-    with _wire(broker) as client:
-        response = client.request(
-            MetadataRequest(
-                topics=(MetadataRequestTopic(name=topic, topic_id=None),),
-                allow_auto_topic_creation=allow_auto,
-                include_topic_authorized_operations=False,
-            )
-        )
-    (found,) = response.topics
-    return found
-
-
 def all_topics(broker: RunningBroker) -> set[str]:
-    with _wire(broker) as client:
+    with broker.wire() as client:
         response = client.request(
             MetadataRequest(
                 topics=None,
@@ -71,35 +51,11 @@ def all_topics(broker: RunningBroker) -> set[str]:
     return {t.name for t in response.topics}
 
 
-def wait_for_partitions(broker: RunningBroker, topic: str, count: int) -> Any:
-    """Wait until Metadata shows ``topic`` with ``count`` partitions, each with a leader."""
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        found = metadata(broker, topic)
-        if (
-            found.error_code == ErrorCode.none
-            and len(found.partitions) == count
-            and all(p.leader_id >= 0 and p.error_code == ErrorCode.none for p in found.partitions)
-        ):
-            return found
-        assert time.monotonic() < deadline, f"{topic}: not {count} led partitions: {found}"
-        time.sleep(0.05)
-
-
 def wait_for_absence(broker: RunningBroker, topic: str) -> None:
     deadline = time.monotonic() + DEADLINE_S
     while topic in all_topics(broker):
         assert time.monotonic() < deadline, f"{topic} still in metadata"
         time.sleep(0.05)
-
-
-def create(broker: RunningBroker, topic: str, partitions: int = 1) -> None:
-    admin = _admin(broker)  # kept referenced: a destroyed handle fails its futures
-    futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1)], operation_timeout=10
-    )
-    futures[topic].result(timeout=30)
-    wait_for_partitions(broker, topic, partitions)
 
 
 def admin_error(future: Any) -> int:
@@ -111,66 +67,13 @@ def admin_error(future: Any) -> int:
 
 def produce_wire(client: WireClient, topic: str, records: list[Record], partition: int = 0) -> int:
     """Produce one batch of ``records`` (acks=1); returns its base offset."""
-    response = client.request(
-        ProduceRequest(
-            transactional_id=None,
-            acks=i16(1),
-            timeout=datetime.timedelta(seconds=10),
-            topic_data=(
-                TopicProduceData(
-                    name=topic,
-                    partition_data=(
-                        PartitionProduceData(index=i32(partition), records=build_batch(records)),
-                    ),
-                ),
-            ),
-        )
-    )
-    part = response.responses[0].partition_responses[0]
+    part = produce(client, topic, build_batch(records), partition=partition, acks=1)
     assert part.error_code == ErrorCode.none, part
     return int(part.base_offset)
 
 
-def fetch_request(
-    topic: str,
-    offset: int,
-    *,
-    partition: int = 0,
-    max_wait_ms: int = 0,
-    min_bytes: int = 0,
-    max_bytes: int = 50 * 1024 * 1024,
-    partition_max_bytes: int = 1024 * 1024,
-) -> FetchRequest:
-    return FetchRequest(
-        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
-        min_bytes=i32(min_bytes),
-        max_bytes=i32(max_bytes),
-        topics=(
-            FetchTopic(
-                topic=topic,
-                partitions=(
-                    FetchPartition(
-                        partition=i32(partition),
-                        fetch_offset=i64(offset),
-                        partition_max_bytes=i32(partition_max_bytes),
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-    )
-
-
-def fetch_partition(client: WireClient, request: FetchRequest) -> Any:
-    response = client.request(request)
-    assert response.error_code == ErrorCode.none, response
-    (topic,) = response.responses
-    (part,) = topic.partitions
-    return part
-
-
 def list_offset(broker: RunningBroker, topic: str, timestamp: int, partition: int = 0) -> Any:
-    with _wire(broker) as client:
+    with broker.wire() as client:
         response = client.request(
             ListOffsetsRequest(
                 replica_id=i32(-1),
@@ -190,13 +93,6 @@ def list_offset(broker: RunningBroker, topic: str, timestamp: int, partition: in
     return response.topics[0].partitions[0]
 
 
-def recs(prefix: str, count: int, size: int = 8) -> list[Record]:
-    return [
-        Record(key=f"{prefix}{i}".encode(), value=f"{prefix}{i}:".encode().ljust(size, b"x"))
-        for i in range(count)
-    ]
-
-
 # CreateTopics -------------------------------------------------------------------------------
 def test_create_topics_explicit_defaults_and_replica_assignment(broker_factory) -> None:
     broker = broker_factory({"num.partitions": "5"})
@@ -211,9 +107,9 @@ def test_create_topics_explicit_defaults_and_replica_assignment(broker_factory) 
     )
     for topic, future in futures.items():
         assert future.result(timeout=30) is None, topic
-    explicit = wait_for_partitions(broker, "explicit", 3)
-    defaults = wait_for_partitions(broker, "defaults", 5)
-    assigned = wait_for_partitions(broker, "assigned", 2)
+    explicit = broker.wait_for_partitions("explicit", 3)
+    defaults = broker.wait_for_partitions("defaults", 5)
+    assigned = broker.wait_for_partitions("assigned", 2)
     for found in (explicit, defaults, assigned):
         assert [p.partition_index for p in found.partitions] == list(range(len(found.partitions)))
         assert all(list(p.replica_nodes) == [0] for p in found.partitions)
@@ -230,7 +126,7 @@ def test_create_topics_explicit_defaults_and_replica_assignment(broker_factory) 
 
 def test_create_topics_refusals(broker: RunningBroker) -> None:
     admin = _admin(broker)
-    create(broker, "taken")
+    broker.create_topic("taken")
     futures = admin.create_topics(
         [
             NewTopic("bad name!", num_partitions=1, replication_factor=1),
@@ -246,7 +142,7 @@ def test_create_topics_refusals(broker: RunningBroker) -> None:
     assert admin_error(futures["zero-partitions"]) == KafkaError.INVALID_PARTITIONS
     assert all_topics(broker) == {"taken"}
     # The existing topic kept its single partition.
-    assert len(wait_for_partitions(broker, "taken", 1).partitions) == 1
+    assert len(broker.wait_for_partitions("taken", 1).partitions) == 1
 
 
 def test_create_topics_validate_only_creates_nothing(broker: RunningBroker) -> None:
@@ -262,26 +158,26 @@ def test_create_topics_validate_only_creates_nothing(broker: RunningBroker) -> N
     assert futures["dry-run"].result(timeout=30) is None
     assert admin_error(futures["dry run bad"]) == KafkaError.TOPIC_EXCEPTION
     assert "dry-run" not in all_topics(broker)
-    assert metadata(broker, "dry-run").error_code == ErrorCode.unknown_topic_or_partition
+    assert broker.topic_metadata("dry-run").error_code == ErrorCode.unknown_topic_or_partition
     # And the name is still free for a real creation.
-    create(broker, "dry-run", 4)
+    broker.create_topic("dry-run", 4)
 
 
 # DeleteTopics -------------------------------------------------------------------------------
 def test_delete_topics(broker: RunningBroker) -> None:
     admin = _admin(broker)
-    create(broker, "doomed", 2)
-    with _wire(broker) as client:
+    broker.create_topic("doomed", 2)
+    with broker.wire() as client:
         produce_wire(client, "doomed", recs("d", 3))
     futures = admin.delete_topics(["doomed", "never-existed"], operation_timeout=10)
     assert futures["doomed"].result(timeout=30) is None
     assert admin_error(futures["never-existed"]) == KafkaError.UNKNOWN_TOPIC_OR_PART
     wait_for_absence(broker, "doomed")
-    assert metadata(broker, "doomed").error_code == ErrorCode.unknown_topic_or_partition
+    assert broker.topic_metadata("doomed").error_code == ErrorCode.unknown_topic_or_partition
     assert "doomed" not in admin.list_topics(timeout=10).topics
     # A topic created again under the same name starts empty, with a new id.
-    create(broker, "doomed", 1)
-    with _wire(broker) as client:
+    broker.create_topic("doomed", 1)
+    with broker.wire() as client:
         part = fetch_partition(client, fetch_request("doomed", 0))
     assert part.error_code == ErrorCode.none
     assert part.high_watermark == 0
@@ -291,10 +187,10 @@ def test_delete_topics(broker: RunningBroker) -> None:
 # CreatePartitions ---------------------------------------------------------------------------
 def test_create_partitions_grow_and_shrink_refused(broker: RunningBroker) -> None:
     admin = _admin(broker)
-    create(broker, "growing", 1)
+    broker.create_topic("growing", 1)
     futures = admin.create_partitions([NewPartitions("growing", 4)], operation_timeout=10)
     assert futures["growing"].result(timeout=30) is None
-    wait_for_partitions(broker, "growing", 4)
+    broker.wait_for_partitions("growing", 4)
 
     futures = admin.create_partitions([NewPartitions("growing", 2)], operation_timeout=10)
     assert admin_error(futures["growing"]) == KafkaError.INVALID_PARTITIONS
@@ -302,10 +198,10 @@ def test_create_partitions_grow_and_shrink_refused(broker: RunningBroker) -> Non
     assert admin_error(futures["growing"]) == KafkaError.INVALID_PARTITIONS
     futures = admin.create_partitions([NewPartitions("no-such", 3)], operation_timeout=10)
     assert admin_error(futures["no-such"]) == KafkaError.UNKNOWN_TOPIC_OR_PART
-    assert len(wait_for_partitions(broker, "growing", 4).partitions) == 4
+    assert len(broker.wait_for_partitions("growing", 4).partitions) == 4
 
     # The new partition takes records.
-    with _wire(broker) as client:
+    with broker.wire() as client:
         assert produce_wire(client, "growing", recs("n", 2), partition=3) == 0
         part = fetch_partition(client, fetch_request("growing", 0, partition=3))
     assert [r.value for r in iter_all_records(part.records)] == [r.value for r in recs("n", 2)]
@@ -314,14 +210,14 @@ def test_create_partitions_grow_and_shrink_refused(broker: RunningBroker) -> Non
 # Auto-creation through Metadata -------------------------------------------------------------
 def test_metadata_auto_creates_topics_when_enabled(broker_factory) -> None:
     broker = broker_factory({"auto.create.topics.enable": "true", "num.partitions": "2"})
-    first = metadata(broker, "auto-made", allow_auto=True)
+    first = broker.topic_metadata("auto-made", allow_auto=True)
     assert first.error_code in (ErrorCode.none, ErrorCode.leader_not_available), first
-    wait_for_partitions(broker, "auto-made", 2)
+    broker.wait_for_partitions("auto-made", 2)
     # A client that does not allow creation does not create.
-    assert metadata(broker, "not-asked").error_code == ErrorCode.unknown_topic_or_partition
+    assert broker.topic_metadata("not-asked").error_code == ErrorCode.unknown_topic_or_partition
     assert "not-asked" not in all_topics(broker)
     # An illegal name is refused, not created.
-    assert metadata(broker, "bad name!", allow_auto=True).error_code == (
+    assert broker.topic_metadata("bad name!", allow_auto=True).error_code == (
         ErrorCode.invalid_topic_exception
     )
     # librdkafka's producer asks for auto-creation and its record lands.
@@ -330,12 +226,12 @@ def test_metadata_auto_creates_topics_when_enabled(broker_factory) -> None:
     producer.produce("auto-by-producer", b"hello", on_delivery=lambda err, _m: errors.append(err))
     assert producer.flush(30) == 0
     assert errors == [None]
-    wait_for_partitions(broker, "auto-by-producer", 2)
+    broker.wait_for_partitions("auto-by-producer", 2)
 
 
 def test_metadata_refuses_unknown_topics_when_auto_create_disabled(broker_factory) -> None:
     broker = broker_factory({"auto.create.topics.enable": "false"})
-    found = metadata(broker, "wanted", allow_auto=True)
+    found = broker.topic_metadata("wanted", allow_auto=True)
     assert found.error_code == ErrorCode.unknown_topic_or_partition
     assert found.partitions == ()
     assert "wanted" not in all_topics(broker)
@@ -345,7 +241,7 @@ def test_metadata_refuses_unknown_topics_when_auto_create_disabled(broker_factor
 # ListOffsets --------------------------------------------------------------------------------
 def test_list_offsets_earliest_latest_and_by_timestamp(broker: RunningBroker) -> None:
     topic = "timed"
-    create(broker, topic, 1)
+    broker.create_topic(topic, 1)
     base = 1_700_000_000_000
     producer = Producer({"bootstrap.servers": broker.bootstrap(), "linger.ms": 50})
     for i in range(10):
@@ -387,13 +283,13 @@ def test_list_offsets_earliest_latest_and_by_timestamp(broker: RunningBroker) ->
 # Fetch --------------------------------------------------------------------------------------
 def _long_poll_then_produce(broker: RunningBroker, topic: str, max_wait_ms: int) -> Any:
     """Park a Fetch (min_bytes 1) in the purgatory, produce one record, return the answer."""
-    create(broker, topic, 1)
+    broker.create_topic(topic, 1)
     answers: list[Any] = []
     failures: list[BaseException] = []
 
     def long_poll() -> None:
         try:
-            with _wire(broker) as client:
+            with broker.wire() as client:
                 client.sock.settimeout(max_wait_ms / 1000 + 30)
                 request = fetch_request(topic, 0, max_wait_ms=max_wait_ms, min_bytes=1)
                 answers.append(fetch_partition(client, request))
@@ -410,7 +306,7 @@ def _long_poll_then_produce(broker: RunningBroker, topic: str, max_wait_ms: int)
         assert time.monotonic() < deadline, "the fetch never waited in the purgatory"
         time.sleep(0.01)
     assert not answers, "an empty partition answered a min_bytes=1 fetch at once"
-    with _wire(broker) as client:
+    with broker.wire() as client:
         produce_wire(client, topic, [Record(key=b"k", value=b"wake up")])
     poller.join(timeout=60)
     assert not poller.is_alive(), "the parked fetch was not answered after the produce"
@@ -436,8 +332,8 @@ def test_long_poll_fetch_is_woken_by_the_produce_not_by_its_max_wait(broker: Run
 
 
 def test_fetch_with_max_wait_and_no_data_answers_empty(broker: RunningBroker) -> None:
-    create(broker, "quiet", 1)
-    with _wire(broker) as client:
+    broker.create_topic("quiet", 1)
+    with broker.wire() as client:
         part = fetch_partition(client, fetch_request("quiet", 0, max_wait_ms=200, min_bytes=1))
     assert part.error_code == ErrorCode.none
     assert part.high_watermark == 0
@@ -446,9 +342,9 @@ def test_fetch_with_max_wait_and_no_data_answers_empty(broker: RunningBroker) ->
 
 def test_fetch_max_bytes_returns_whole_batches_but_not_everything(broker: RunningBroker) -> None:
     topic = "sized"
-    create(broker, topic, 1)
+    broker.create_topic(topic, 1)
     batches = 10
-    with _wire(broker) as client:
+    with broker.wire() as client:
         for n in range(batches):
             produce_wire(client, topic, recs(f"b{n}-", 10, size=1000))  # ~10 KB a batch
         everything = fetch_partition(client, fetch_request(topic, 0)).records
@@ -475,8 +371,8 @@ def test_fetch_max_bytes_returns_whole_batches_but_not_everything(broker: Runnin
 
 
 def test_fetch_past_the_end_answers_offset_out_of_range(broker: RunningBroker) -> None:
-    create(broker, "short", 1)
-    with _wire(broker) as client:
+    broker.create_topic("short", 1)
+    with broker.wire() as client:
         produce_wire(client, "short", recs("s", 3))
         at_end = fetch_partition(client, fetch_request("short", 3))
         past_end = fetch_partition(client, fetch_request("short", 100))
@@ -493,8 +389,8 @@ def test_fetch_past_the_end_answers_offset_out_of_range(broker: RunningBroker) -
 
 def test_consumer_with_out_of_range_offset_resets_to_earliest(broker: RunningBroker) -> None:
     """librdkafka reacts to OFFSET_OUT_OF_RANGE with auto.offset.reset."""
-    create(broker, "reset", 1)
-    with _wire(broker) as client:
+    broker.create_topic("reset", 1)
+    with broker.wire() as client:
         produce_wire(client, "reset", recs("r", 4))
     consumer = Consumer(
         {
@@ -530,8 +426,8 @@ def scrape(broker: RunningBroker) -> dict[str, Any]:
 
 def test_prometheus_endpoint_serves_request_metrics(broker_factory) -> None:
     broker = broker_factory({"kplane.metrics.port": "0"})
-    create(broker, "metered", 1)
-    with _wire(broker) as client:
+    broker.create_topic("metered", 1)
+    with broker.wire() as client:
         for n in range(3):
             produce_wire(client, "metered", recs(f"m{n}-", 5))
         for _ in range(2):

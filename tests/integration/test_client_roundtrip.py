@@ -16,13 +16,12 @@ from dataclasses import dataclass
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as AioTopicPartition
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer
-from confluent_kafka import TopicPartition as CkTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
 from broker.testing.plugin import RunningBroker
+from tests.integration.helpers import produce_all, read_from_beginning
 
 RECORDS = 100_000
 PARTITIONS = 3
@@ -109,77 +108,55 @@ def assert_same(expected: list[Rec], got: dict[int, list[Rec]], offsets: dict[in
         assert offsets[p] == list(range(len(w))), f"partition {p}: offsets not 0..{len(w) - 1}"
 
 
-def create_topic(broker: RunningBroker, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap()})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS,
-                                            replication_factor=1)], operation_timeout=10)
-    futures[topic].result(timeout=30)
-
-
 # confluent-kafka --------------------------------------------------------------------------
 def test_confluent_kafka_roundtrip_acks_all_assign(broker: RunningBroker) -> None:
     """acks=all, idempotent producer; read back with assign() from the beginning, no group."""
     topic = "roundtrip-confluent"
-    create_topic(broker, topic)
+    broker.create_topic(topic, PARTITIONS)
     records = make_records(seed=1)
-    producer = Producer({
-        "bootstrap.servers": broker.bootstrap(),
-        "acks": "all",
-        "enable.idempotence": True,
-        "linger.ms": 10,
-        "batch.size": 512 * 1024,
-        "batch.num.messages": 10_000,
-        "compression.type": "none",
-    })
-    errors: list[str] = []
-    produced: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
-
-    def on_delivery(err, msg) -> None:
-        if err is not None:
-            errors.append(str(err))
-        else:
-            produced[msg.partition()].append(msg.offset())
-
-    for rec in records:
-        while True:
-            try:
-                producer.produce(topic, value=rec.value, key=rec.key, partition=rec.partition,
-                                 headers=list(rec.headers) or None, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    assert producer.flush(60) == 0, "records still undelivered after flush"
-    assert errors == []
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap(),
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 10,
+            "batch.size": 512 * 1024,
+            "batch.num.messages": 10_000,
+            "compression.type": "none",
+        }
+    )
+    produced = produce_all(
+        producer,
+        topic,
+        (
+            {
+                "value": rec.value,
+                "key": rec.key,
+                "partition": rec.partition,
+                "headers": list(rec.headers) or None,
+            }
+            for rec in records
+        ),
+        PARTITIONS,
+    )
     want = by_partition(records)
     for p in range(PARTITIONS):
         assert produced[p] == list(range(len(want[p]))), f"delivery offsets of partition {p}"
 
-    consumer = Consumer({
-        "bootstrap.servers": broker.bootstrap(),
-        "group.id": "unused-assign-only",  # required by librdkafka; no subscribe, no commits
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-    })
-    consumer.assign([CkTopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    got: dict[int, list[Rec]] = {p: [] for p in range(PARTITIONS)}
-    offsets: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
-    eof: set[int] = set()
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        while len(eof) < PARTITIONS and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=10_000, timeout=1.0):
-                err = msg.error()
-                if err is not None:
-                    assert err.code() == KafkaError._PARTITION_EOF, str(err)
-                    if len(got[msg.partition()]) >= len(want[msg.partition()]):
-                        eof.add(msg.partition())
-                    continue
-                p = msg.partition()
-                got[p].append(Rec(p, msg.key(), msg.value(), norm_headers(msg.headers())))
-                offsets[p].append(msg.offset())
-    finally:
-        consumer.close()
+    # group.id is required by librdkafka; no subscribe, no commits
+    read = read_from_beginning(
+        broker.bootstrap(),
+        "unused-assign-only",
+        topic,
+        {p: len(want[p]) for p in range(PARTITIONS)},
+        batch=10_000,
+        timeout=DEADLINE_S,
+    )
+    got = {
+        p: [Rec(p, m.key(), m.value(), norm_headers(m.headers())) for m in msgs]
+        for p, msgs in read.items()
+    }
+    offsets = {p: [m.offset() for m in msgs] for p, msgs in read.items()}
     assert_same(records, got, offsets)
 
 
@@ -187,7 +164,7 @@ def test_confluent_kafka_roundtrip_acks_all_assign(broker: RunningBroker) -> Non
 def test_kafka_python_roundtrip_acks_1_group(broker: RunningBroker) -> None:
     """acks=1; read back through a consumer group (subscribe, earliest), then commit."""
     topic = "roundtrip-kafka-python"
-    create_topic(broker, topic)
+    broker.create_topic(topic, PARTITIONS)
     records = make_records(seed=2)
     producer = KafkaProducer(
         bootstrap_servers=broker.bootstrap(),
@@ -198,8 +175,13 @@ def test_kafka_python_roundtrip_acks_1_group(broker: RunningBroker) -> None:
     )
     try:
         futures = [
-            producer.send(topic, value=rec.value, key=rec.key, partition=rec.partition,
-                          headers=list(rec.headers))
+            producer.send(
+                topic,
+                value=rec.value,
+                key=rec.key,
+                partition=rec.partition,
+                headers=list(rec.headers),
+            )
             for rec in records
         ]
         producer.flush(timeout=60)
@@ -246,7 +228,7 @@ def test_kafka_python_roundtrip_acks_1_group(broker: RunningBroker) -> None:
 async def test_aiokafka_roundtrip_acks_1_assign(broker: RunningBroker) -> None:
     """acks=1; read back with assign() + seek_to_beginning, no group."""
     topic = "roundtrip-aiokafka"
-    create_topic(broker, topic)
+    broker.create_topic(topic, PARTITIONS)
     records = make_records(seed=3)
     producer = AIOKafkaProducer(
         bootstrap_servers=broker.bootstrap(),
@@ -258,8 +240,13 @@ async def test_aiokafka_roundtrip_acks_1_assign(broker: RunningBroker) -> None:
     await producer.start()
     try:
         futures = [
-            await producer.send(topic, value=rec.value, key=rec.key, partition=rec.partition,
-                                headers=list(rec.headers))
+            await producer.send(
+                topic,
+                value=rec.value,
+                key=rec.key,
+                partition=rec.partition,
+                headers=list(rec.headers),
+            )
             for rec in records
         ]
         await producer.flush()

@@ -29,7 +29,7 @@ from confluent_kafka import (
     Producer,
 )
 from confluent_kafka import TopicPartition as CkTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
@@ -49,18 +49,6 @@ def wait_until(condition: Callable[[], bool], what: Callable[[], str], timeout: 
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting: {what()}"
         time.sleep(0.05)
-
-
-def create_topic(broker: RunningBroker, topic: str, partitions: int = PARTITIONS) -> None:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap()})
-    futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1)], operation_timeout=10
-    )
-    futures[topic].result(timeout=30)
-    wait_until(
-        lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == partitions,
-        lambda: f"{topic} has not {partitions} partitions",
-    )
 
 
 def produce_values(broker: RunningBroker, topic: str) -> dict[int, list[bytes]]:
@@ -141,25 +129,45 @@ def member_client_ids(broker: RunningBroker, group: str) -> list[str]:
     return sorted(m.client_id for m in described.members)
 
 
-def check_three_then_two(broker: RunningBroker, group: str, members: list[ThreadMember]) -> None:
-    """Three members share the six partitions 2/2/2; after one leaves, two share them 3/3."""
-    wait_until(
-        lambda: is_split(_assignments(members), 3),
-        lambda: f"3-way split, have {_assignments(members)}",
-    )
-    first = _assignments(members)
-    assert all(len(a) == 2 for a in first.values())
-    assert member_client_ids(broker, group) == sorted(m.name for m in members)
-    members[0].leave()
-    # close() returns once LeaveGroup was answered: the member is gone at once, long before
-    # its session could have expired.
-    assert member_client_ids(broker, group) == sorted(m.name for m in members[1:])
-    remaining = members[1:]
-    wait_until(
-        lambda: is_split(_assignments(remaining), 2),
-        lambda: f"2-way split, have {_assignments(remaining)}",
-    )
-    assert set().union(*_assignments(remaining).values()) == set(range(PARTITIONS))
+def stop_members(members: list[ThreadMember]) -> None:
+    """Ask every member to stop, then wait for each thread to close its consumer."""
+    for m in members:
+        m.stop.set()
+    for m in members:
+        m.thread.join(30)
+
+
+def check_three_then_two(
+    broker: RunningBroker,
+    topic: str,
+    group: str,
+    member: Callable[[RunningBroker, str, str, str], ThreadMember],
+    prefix: str,
+) -> None:
+    """Three members made by ``member`` share the six partitions of a new ``topic`` 2/2/2;
+    after one leaves, two share them 3/3."""
+    broker.create_topic(topic, PARTITIONS)
+    members = [member(broker, topic, group, f"{prefix}-{i}").start() for i in range(3)]
+    try:
+        wait_until(
+            lambda: is_split(_assignments(members), 3),
+            lambda: f"3-way split, have {_assignments(members)}",
+        )
+        first = _assignments(members)
+        assert all(len(a) == 2 for a in first.values())
+        assert member_client_ids(broker, group) == sorted(m.name for m in members)
+        members[0].leave()
+        # close() returns once LeaveGroup was answered: the member is gone at once, long before
+        # its session could have expired.
+        assert member_client_ids(broker, group) == sorted(m.name for m in members[1:])
+        remaining = members[1:]
+        wait_until(
+            lambda: is_split(_assignments(remaining), 2),
+            lambda: f"2-way split, have {_assignments(remaining)}",
+        )
+        assert set().union(*_assignments(remaining).values()) == set(range(PARTITIONS))
+    finally:
+        stop_members(members)
 
 
 # confluent-kafka ----------------------------------------------------------------------------
@@ -176,10 +184,23 @@ def confluent_config(broker: RunningBroker, group: str, **extra: Any) -> dict[st
     }
 
 
-def confluent_member(broker: RunningBroker, topic: str, group: str, name: str) -> ThreadMember:
+def confluent_member(
+    broker: RunningBroker,
+    topic: str,
+    group: str,
+    name: str,
+    *,
+    static: bool = False,
+    on_revoke: Callable[[Consumer, list[Any]], None] | None = None,
+) -> ThreadMember:
+    """A confluent-kafka member with client.id ``name``; ``static`` also makes ``name`` its
+    group.instance.id (KIP-345)."""
+    extra = {"client.id": name, **({"group.instance.id": name} if static else {})}
+    callbacks = {} if on_revoke is None else {"on_revoke": on_revoke}
+
     def make() -> Consumer:
-        consumer = Consumer(confluent_config(broker, group, **{"client.id": name}))
-        consumer.subscribe([topic])
+        consumer = Consumer(confluent_config(broker, group, **extra))
+        consumer.subscribe([topic], **callbacks)
         return consumer
 
     def poll(consumer: Consumer) -> None:
@@ -191,16 +212,7 @@ def confluent_member(broker: RunningBroker, topic: str, group: str, name: str) -
 
 
 def test_confluent_three_members_share_six_partitions_and_rebalance(broker: RunningBroker):
-    topic, group = "cg-confluent", "group-confluent"
-    create_topic(broker, topic)
-    members = [confluent_member(broker, topic, group, f"ck-{i}").start() for i in range(3)]
-    try:
-        check_three_then_two(broker, group, members)
-    finally:
-        for m in members:
-            m.stop.set()
-        for m in members:
-            m.thread.join(30)
+    check_three_then_two(broker, "cg-confluent", "group-confluent", confluent_member, "ck")
 
 
 def consume_confluent(consumer: Consumer, count: int | None, expected_total: int) -> list[Any]:
@@ -225,7 +237,7 @@ def consume_confluent(consumer: Consumer, count: int | None, expected_total: int
 
 def test_confluent_committed_offsets_survive_member_restart(broker: RunningBroker) -> None:
     topic, group = "cg-confluent-commit", "group-confluent-commit"
-    create_topic(broker, topic)
+    broker.create_topic(topic, PARTITIONS)
     produced = produce_values(broker, topic)
     total = PARTITIONS * PER_PARTITION
     half = total // 2
@@ -276,7 +288,7 @@ def test_confluent_static_member_restart_keeps_its_partitions_without_rebalance(
     """KIP-345: a member with group.instance.id that closes and comes back gets its old
     partitions, and the other members never have theirs revoked."""
     topic, group = "cg-static", "group-static"
-    create_topic(broker, topic)
+    broker.create_topic(topic, PARTITIONS)
     revokes: dict[str, int] = {}
     lock = threading.Lock()
 
@@ -285,19 +297,7 @@ def test_confluent_static_member_restart_keeps_its_partitions_without_rebalance(
             with lock:
                 revokes[name] = revokes.get(name, 0) + 1
 
-        def make() -> Consumer:
-            consumer = Consumer(
-                confluent_config(broker, group, **{"client.id": name, "group.instance.id": name})
-            )
-            consumer.subscribe([topic], on_revoke=on_revoke)
-            return consumer
-
-        def poll(consumer: Consumer) -> None:
-            msg = consumer.poll(0.1)
-            if msg is not None and msg.error() is not None:
-                raise KafkaException(msg.error())
-
-        return ThreadMember(name, poll, make)
+        return confluent_member(broker, topic, group, name, static=True, on_revoke=on_revoke)
 
     members = [static_member(f"static-{i}").start() for i in range(3)]
     try:
@@ -317,10 +317,7 @@ def test_confluent_static_member_restart_keeps_its_partitions_without_rebalance(
         with lock:
             assert {n: revokes.get(n, 0) for n in others_revoked} == others_revoked
     finally:
-        for m in members:
-            m.stop.set()
-        for m in members:
-            m.thread.join(30)
+        stop_members(members)
 
 
 _KILLABLE_MEMBER = """
@@ -386,7 +383,7 @@ def test_member_killed_without_leaving_is_expired_and_its_partitions_reassigned(
     """SIGKILL sends no LeaveGroup: the coordinator must notice the missing heartbeats after
     the session timeout and hand the dead member's partitions to the others."""
     topic, group = "cg-killed", "group-killed"
-    create_topic(broker, topic)
+    broker.create_topic(topic, PARTITIONS)
     doomed = ProcessMember(broker, topic, group)
     members = [confluent_member(broker, topic, group, f"ck-live-{i}").start() for i in range(2)]
     everyone: list[Any] = [doomed, *members]
@@ -406,10 +403,7 @@ def test_member_killed_without_leaving_is_expired_and_its_partitions_reassigned(
         assert sorted(m.client_id for m in described.members) == ["ck-live-0", "ck-live-1"]
     finally:
         doomed.kill()
-        for m in members:
-            m.stop.set()
-        for m in members:
-            m.thread.join(30)
+        stop_members(members)
 
 
 # kafka-python -------------------------------------------------------------------------------
@@ -448,21 +442,12 @@ def kafka_python_member(broker: RunningBroker, topic: str, group: str, name: str
 
 
 def test_kafka_python_three_members_share_six_partitions_and_rebalance(broker: RunningBroker):
-    topic, group = "cg-kafka-python", "group-kafka-python"
-    create_topic(broker, topic)
-    members = [kafka_python_member(broker, topic, group, f"kp-{i}").start() for i in range(3)]
-    try:
-        check_three_then_two(broker, group, members)
-    finally:
-        for m in members:
-            m.stop.set()
-        for m in members:
-            m.thread.join(30)
+    check_three_then_two(broker, "cg-kafka-python", "group-kafka-python", kafka_python_member, "kp")
 
 
 def test_kafka_python_committed_offsets_survive_member_restart(broker: RunningBroker) -> None:
     topic, group = "cg-kafka-python-commit", "group-kafka-python-commit"
-    create_topic(broker, topic)
+    broker.create_topic(topic, PARTITIONS)
     produce_values(broker, topic)
     total = PARTITIONS * PER_PARTITION
     half = total // 2
@@ -532,7 +517,7 @@ async def test_aiokafka_three_members_share_six_partitions_and_rebalance(
     broker: RunningBroker,
 ) -> None:
     topic, group = "cg-aiokafka", "group-aiokafka"
-    create_topic(broker, topic)
+    broker.create_topic(topic, PARTITIONS)
     consumers = [aio_consumer(broker, topic, group, f"aio-{i}") for i in range(3)]
     stopped: set[int] = set()
 
@@ -575,7 +560,7 @@ async def test_aiokafka_three_members_share_six_partitions_and_rebalance(
 
 async def test_aiokafka_committed_offsets_survive_member_restart(broker: RunningBroker) -> None:
     topic, group = "cg-aiokafka-commit", "group-aiokafka-commit"
-    create_topic(broker, topic)
+    broker.create_topic(topic, PARTITIONS)
     produce_values(broker, topic)
     total = PARTITIONS * PER_PARTITION
     half = total // 2
@@ -624,7 +609,7 @@ async def test_aiokafka_committed_offsets_survive_member_restart(broker: Running
 # group administration -----------------------------------------------------------------------
 def test_list_describe_and_delete_groups(broker: RunningBroker) -> None:
     topic, group = "cg-admin", "group-admin"
-    create_topic(broker, topic)
+    broker.create_topic(topic, PARTITIONS)
     admin = AdminClient({"bootstrap.servers": broker.bootstrap()})
     members = [confluent_member(broker, topic, group, f"adm-{i}").start() for i in range(3)]
     try:
@@ -691,10 +676,7 @@ def test_list_describe_and_delete_groups(broker: RunningBroker) -> None:
         assert refused.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
         assert group in {g.group_id for g in admin.list_consumer_groups().result().valid}
     finally:
-        for m in members:
-            m.stop.set()
-        for m in members:
-            m.thread.join(30)
+        stop_members(members)
     for m in members:
         assert m.error is None, m.error
 
@@ -716,7 +698,7 @@ def test_list_describe_and_delete_groups(broker: RunningBroker) -> None:
 def test_delete_group_removes_its_committed_offsets(broker: RunningBroker) -> None:
     """After DeleteGroups a new member of the same group id starts from auto.offset.reset."""
     topic, group = "cg-delete-offsets", "group-delete-offsets"
-    create_topic(broker, topic)
+    broker.create_topic(topic, PARTITIONS)
     produce_values(broker, topic)
     total = PARTITIONS * PER_PARTITION
     first = Consumer(confluent_config(broker, group))

@@ -9,18 +9,13 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersions
 from kio.schema.metadata.v12.request import MetadataRequest
 
 from broker.testing.plugin import RunningBroker
-from broker.testing.wire import WireClient
 from protocol import api
 from protocol.errors import ErrorCode
 from protocol.framing import encode_request_frame
 
 
-def _wire(broker: RunningBroker) -> WireClient:
-    return WireClient(*broker.address())
-
-
 def _still_serves(broker: RunningBroker) -> None:
-    with _wire(broker) as client:
+    with broker.wire() as client:
         response = client.request(
             ApiVersionsV3(client_software_name="t", client_software_version="1")
         )
@@ -28,7 +23,7 @@ def _still_serves(broker: RunningBroker) -> None:
 
 
 def test_api_versions_lists_every_served_api(broker: RunningBroker) -> None:
-    with _wire(broker) as client:
+    with broker.wire() as client:
         response = client.request(
             ApiVersionsV3(client_software_name="t", client_software_version="1")
         )
@@ -40,7 +35,7 @@ def test_api_versions_lists_every_served_api(broker: RunningBroker) -> None:
 
 
 def test_unsupported_api_versions_version_answers_v0_with_error_35(broker: RunningBroker) -> None:
-    with _wire(broker) as client:
+    with broker.wire() as client:
         body = api.encode(ApiVersionsV0())
         client.send_raw(encode_request_frame(18, 99, 7, "t", body))
         frame = client.read_frame()
@@ -52,14 +47,14 @@ def test_unsupported_api_versions_version_answers_v0_with_error_35(broker: Runni
 
 
 def test_unsupported_version_of_other_api_closes_connection(broker: RunningBroker) -> None:
-    with _wire(broker) as client:
+    with broker.wire() as client:
         client.send_raw(encode_request_frame(3, 99, 1, "t", b"\x00"))
         assert client.is_closed_by_peer()
     _still_serves(broker)
 
 
 def test_unknown_api_key_closes_connection(broker: RunningBroker) -> None:
-    with _wire(broker) as client:
+    with broker.wire() as client:
         client.send_raw(encode_request_frame(9999 % 32768, 0, 1, "t", b""))
         assert client.is_closed_by_peer()
     _still_serves(broker)
@@ -67,35 +62,35 @@ def test_unknown_api_key_closes_connection(broker: RunningBroker) -> None:
 
 def test_frame_over_socket_request_max_bytes_closes_connection(broker_factory) -> None:
     broker = broker_factory({"socket.request.max.bytes": "1024"})
-    with _wire(broker) as client:
+    with broker.wire() as client:
         client.send_raw(struct.pack(">i", 4096) + b"\x00" * 16)
         assert client.is_closed_by_peer()
     _still_serves(broker)
 
 
 def test_negative_frame_size_closes_connection(broker: RunningBroker) -> None:
-    with _wire(broker) as client:
+    with broker.wire() as client:
         client.send_raw(struct.pack(">i", -5))
         assert client.is_closed_by_peer()
     _still_serves(broker)
 
 
 def test_malformed_body_closes_connection(broker: RunningBroker) -> None:
-    with _wire(broker) as client:
+    with broker.wire() as client:
         client.send_raw(encode_request_frame(3, 12, 1, "t", b"\xff\xff\xff"))
         assert client.is_closed_by_peer()
     _still_serves(broker)
 
 
 def test_garbage_header_closes_connection(broker: RunningBroker) -> None:
-    with _wire(broker) as client:
+    with broker.wire() as client:
         client.send_raw(struct.pack(">i", 3) + b"\x00\x03\x00")
         assert client.is_closed_by_peer()
     _still_serves(broker)
 
 
 def test_pipelined_requests_answered_in_order(broker: RunningBroker) -> None:
-    with _wire(broker) as client:
+    with broker.wire() as client:
         request = MetadataRequest(
             topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
         )

@@ -1,0 +1,161 @@
+"""Helpers shared by the integration tests: raw-wire records, Produce v9 and Fetch v12, and
+confluent-kafka's produce-everything / read-everything loops."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.static.primitive import i16, i32, i64
+
+from broker.testing.wire import WireClient
+from protocol.errors import ErrorCode
+from protocol.records import Record
+
+
+def recs(prefix: str, count: int, size: int = 8) -> list[Record]:
+    """``count`` records keyed ``{prefix}{i}``, values padded with ``x`` to ``size`` bytes."""
+    return [
+        Record(key=f"{prefix}{i}".encode(), value=f"{prefix}{i}:".encode().ljust(size, b"x"))
+        for i in range(count)
+    ]
+
+
+def produce_request(
+    topic: str, records: bytes, *, partition: int = 0, acks: int = -1
+) -> ProduceRequest:
+    return ProduceRequest(
+        transactional_id=None,
+        acks=i16(acks),
+        timeout=datetime.timedelta(milliseconds=10_000),
+        topic_data=(
+            TopicProduceData(
+                name=topic,
+                partition_data=(PartitionProduceData(index=i32(partition), records=records),),
+            ),
+        ),
+    )
+
+
+def produce(client: WireClient, topic: str, records: bytes, **kwargs: int) -> Any:
+    """Send one Produce; returns the PartitionProduceResponse."""
+    response = client.request(produce_request(topic, records, **kwargs))
+    (topic_response,) = response.responses
+    assert topic_response.name == topic
+    (partition_response,) = topic_response.partition_responses
+    return partition_response
+
+
+def fetch_request(
+    topic: str,
+    offset: int,
+    *,
+    partition: int = 0,
+    max_wait_ms: int = 0,
+    min_bytes: int = 0,
+    max_bytes: int = 50 * 1024 * 1024,
+    partition_max_bytes: int = 1024 * 1024,
+) -> FetchRequest:
+    return FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=i32(min_bytes),
+        max_bytes=i32(max_bytes),
+        topics=(
+            FetchTopic(
+                topic=topic,
+                partitions=(
+                    FetchPartition(
+                        partition=i32(partition),
+                        fetch_offset=i64(offset),
+                        partition_max_bytes=i32(partition_max_bytes),
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+
+
+def fetch_partition(client: WireClient, request: FetchRequest) -> Any:
+    """Send a one-partition Fetch; returns its FetchablePartitionResponse."""
+    response = client.request(request)
+    assert response.error_code == ErrorCode.none, response
+    (topic,) = response.responses
+    (part,) = topic.partitions
+    return part
+
+
+# confluent-kafka ----------------------------------------------------------------------------
+def produce_all(
+    producer: Producer, topic: str, messages: Iterable[Mapping[str, Any]], partitions: int
+) -> dict[int, list[int]]:
+    """Produce each message (keyword arguments of ``Producer.produce``), waiting whenever the
+    local queue is full; flush and check that every delivery succeeded. Returns the offsets
+    delivered to each partition, in delivery order."""
+    errors: list[str] = []
+    delivered: dict[int, list[int]] = {p: [] for p in range(partitions)}
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            delivered[msg.partition()].append(msg.offset())
+
+    for message in messages:
+        while True:
+            try:
+                producer.produce(topic, on_delivery=on_delivery, **message)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    assert producer.flush(60) == 0, "records still undelivered after flush"
+    assert errors == []
+    return delivered
+
+
+def read_from_beginning(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    counts: Mapping[int, int],
+    *,
+    batch: int,
+    timeout: float,
+) -> dict[int, list[Message]]:
+    """Every message of ``topic``'s partitions ``0..len(counts)-1``, read with assign() from the
+    beginning (``group`` only because librdkafka wants one: no subscribe, no commits), until each
+    partition reports its end after at least ``counts[p]`` records or ``timeout`` passes."""
+    partitions = len(counts)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([CkTopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    got: dict[int, list[Message]] = {p: [] for p in range(partitions)}
+    done: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(done) < partitions and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=batch, timeout=1.0):
+                err = msg.error()
+                p = msg.partition()
+                if err is not None:
+                    assert err.code() == KafkaError._PARTITION_EOF, str(err)
+                    if len(got[p]) >= counts[p]:
+                        done.add(p)
+                    continue
+                got[p].append(msg)
+    finally:
+        consumer.close()
+    return got
