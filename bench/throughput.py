@@ -19,12 +19,18 @@ loopback TCP. Per target:
   linger.ms 0), from produce() to the delivery callback: p50 / p99;
 * the broker's peak RSS (VmHWM) and CPU seconds (subprocess targets only).
 
+Each produce workload and the consume run ``--repeat`` times (3), the latency
+run ``--latency-repeat`` times (2); medians are reported, with every run's
+figures alongside. Targets run one after the other, or with ``--interleave``
+all kept up and each phase run round-robin across them.
+
 JSON goes to stdout (and ``--out FILE``); progress goes to stderr. A target
 that cannot start, or a phase that fails, becomes an ``error`` entry rather
 than aborting the run. Ratios are kplane / baseline: above 1 means kplane has
 the higher throughput; for ``p99_latency`` below 1 means kplane is faster.
 
-    .venv/bin/python bench/throughput.py [--quick] [--targets kplane,mock,tansu] [--out F]
+    .venv/bin/python bench/throughput.py [--quick] [--interleave] [--targets kplane,mock,tansu]
+        [--out F]
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import math
 import os
 import platform
 import signal
+import statistics
 import sys
 import time
 import uuid
@@ -315,27 +322,6 @@ class Bench:
             res["delivery_error_samples"] = errs
         return res
 
-    def produce_repeated(
-        self, topic_key: str, payload: bytes, count: int, acks: str
-    ) -> dict[str, Any]:
-        """``--repeat`` produce runs into the same topic; the median run is reported."""
-        runs: list[dict[str, Any]] = []
-        for i in range(self.args.repeat):
-            r = self.produce(topic_key, payload, count, acks)
-            runs.append(r)
-            if self.args.repeat > 1:
-                log(f"     run {i + 1}/{self.args.repeat}: {_summary(r)}")
-            if not r["valid"]:
-                break
-        ranked = sorted(runs, key=lambda r: r["mb_per_s"] or 0.0)
-        res = dict(ranked[(len(ranked) - 1) // 2])
-        res["repeats"] = len(runs)
-        res["mb_per_s_runs"] = [r["mb_per_s"] for r in runs]
-        res["records_delivered_total"] = sum(r["records_delivered"] for r in runs)
-        res["valid"] = all(r["valid"] for r in runs)
-        res["time_capped"] = any(r["time_capped"] for r in runs)
-        return res
-
     def consume(self, topic_key: str, expected: int, record_bytes: int) -> dict[str, Any]:
         """Read partition 0 of the topic from its start and check offsets and count.
 
@@ -579,115 +565,324 @@ def make_target(name: str, args: argparse.Namespace) -> Target:
     raise ValueError(name)
 
 
-def run_target(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    log(f"== {name}: starting")
-    out: dict[str, Any] = {"status": "ok"}
-    try:
-        target = make_target(name, args)
-    except TargetError as e:
-        log(f"== {name}: cannot set up: {e}")
-        return {"status": "error", "error": str(e), "log_tail": e.log_tail}
-    t0 = time.monotonic()
-    try:
+PHASES = (
+    "produce_1k_acks1",
+    "produce_1k_acksall",
+    "produce_100b_acks1",
+    "consume_1k",
+    "produce_latency",
+)
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
+
+
+def aggregate_throughput(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Produce or consume runs of one workload -> the median run, plus every run.
+
+    The reported dict is the median run by MB/s (for an even count the lower of
+    the middle two), with ``mb_per_s`` and ``records_per_s`` set to the true
+    median over the runs; ``mb_per_s_runs``/``_min``/``_max`` show the spread.
+    """
+    mbs = [r["mb_per_s"] for r in runs if r.get("mb_per_s") is not None]
+    rps = [r["records_per_s"] for r in runs if r.get("records_per_s") is not None]
+    ranked = sorted(runs, key=lambda r: r.get("mb_per_s") or 0.0)
+    res = dict(ranked[(len(ranked) - 1) // 2])
+    res["mb_per_s"] = round(statistics.median(mbs), 2) if mbs else None
+    res["records_per_s"] = round(statistics.median(rps), 1) if rps else None
+    res["repeats"] = len(runs)
+    res["mb_per_s_runs"] = [r.get("mb_per_s") for r in runs]
+    res["mb_per_s_min"] = min(mbs) if mbs else None
+    res["mb_per_s_max"] = max(mbs) if mbs else None
+    res["records_per_s_runs"] = [r.get("records_per_s") for r in runs]
+    if "records_delivered" in res:
+        res["records_delivered_total"] = sum(r["records_delivered"] for r in runs)
+    if "records_consumed" in res:
+        res["records_consumed_total"] = sum(r["records_consumed"] for r in runs)
+    res["valid"] = all(r.get("valid") for r in runs)
+    res["time_capped"] = any(r.get("time_capped") for r in runs)
+    return res
+
+
+_LATENCY_CONST = ("record_bytes", "acks", "linger_ms", "target_rate")
+_LATENCY_MEDIANS = ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "mean_ms", "achieved_rate")
+
+
+def aggregate_latency(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Latency runs -> the median of each percentile over the runs, plus every run.
+
+    ``max_ms`` is the largest of any run; ``runs`` holds each run's figures.
+    """
+    res: dict[str, Any] = {k: runs[0][k] for k in _LATENCY_CONST if k in runs[0]}
+    res["repeats"] = len(runs)
+    for k in _LATENCY_MEDIANS:
+        res[k] = _median([r[k] for r in runs if r.get(k) is not None])
+    maxes = [r["max_ms"] for r in runs if r.get("max_ms") is not None]
+    res["max_ms"] = max(maxes) if maxes else None
+    res["p50_ms_runs"] = [r.get("p50_ms") for r in runs]
+    res["p99_ms_runs"] = [r.get("p99_ms") for r in runs]
+    for k in ("records_sent", "records_delivered", "delivery_errors", "not_delivered_after_flush"):
+        res[k] = sum(r.get(k) or 0 for r in runs)
+    res["valid"] = all(r.get("valid") for r in runs)
+    res["runs"] = [{k: v for k, v in r.items() if k not in _LATENCY_CONST} for r in runs]
+    return res
+
+
+class TargetRun:
+    """One target through the bench: set up, then one run of a phase at a time
+    (``step``), each phase summarised once its runs are done (``finish_phase``),
+    then stopped (``close``). The order of steps, target by target or
+    round-robin across targets (``--interleave``), is main()'s."""
+
+    def __init__(self, name: str, args: argparse.Namespace) -> None:
+        self.name = name
+        self.args = args
+        self.out: dict[str, Any] = {"status": "ok"}
+        self.target: Target | None = None
+        self.bench: Bench | None = None
+        self.active = False  # set up and still usable
+        self.closed = False
+        self.runs: dict[str, list[dict[str, Any]]] = {p: [] for p in PHASES}
+        self.phase_error: dict[str, str] = {}
+        self.done: set[str] = set()  # phases to run no further (error, invalid run, skipped)
+        self.finished: set[str] = set()
+        self.consume_expected = 0
+
+    def repeats(self, phase: str) -> int:
+        return self.args.latency_repeat if phase == "produce_latency" else self.args.repeat
+
+    def setup(self) -> bool:
+        name, args = self.name, self.args
+        log(f"== {name}: starting")
+        try:
+            self.target = target = make_target(name, args)
+        except TargetError as e:
+            log(f"== {name}: cannot set up: {e}")
+            self.out = {"status": "error", "error": str(e), "log_tail": e.log_tail}
+            self.closed = True
+            return False
+        t0 = time.monotonic()
         try:
             target.start()
         except TargetError as e:
             log(f"== {name}: failed to start: {e}")
             for line in e.log_tail[-10:]:
                 log(f"   | {line}")
-            return {
+            self.out = {
                 "status": "error",
                 "error": str(e),
                 "log_tail": e.log_tail,
                 "info": target.info,
             }
+            self.close()
+            return False
         bench = Bench(args, target)
         try:
             remaining = max(1.0, args.startup_timeout - (time.monotonic() - t0))
             bench.wait_ready(remaining)
-            out["ready_after_s"] = round(time.monotonic() - t0, 3)
+            self.out["ready_after_s"] = round(time.monotonic() - t0, 3)
             bench.create_topics()
-            out["topic_creation"] = bench.topic_creation
-            out["partitions_in_topic"] = getattr(bench, "partitions", None)
+            self.out["topic_creation"] = bench.topic_creation
+            self.out["partitions_in_topic"] = getattr(bench, "partitions", None)
         except Exception as e:
             log(f"== {name}: not usable: {e!r}")
-            return {
+            self.out = {
                 "status": "error",
                 "error": f"{type(e).__name__}: {e}",
                 "log_tail": target.log_tail(),
                 "info": target.info,
             }
-        log(f"   ready in {out['ready_after_s']} s, topics via {bench.topic_creation}")
+            del bench
+            self.close()
+            return False
+        self.bench = bench
+        self.active = True
+        log(f"   {name}: ready in {self.out['ready_after_s']} s, topics via {bench.topic_creation}")
+        return True
 
-        n1k = args.records_1k
-        phases: list[tuple[str, Any]] = [
-            (
-                "produce_1k_acks1",
-                lambda: bench.produce_repeated("1k_acks1", bench.payload_1k, n1k, "1"),
-            ),
-            (
-                "produce_1k_acksall",
-                lambda: bench.produce_repeated("1k_acksall", bench.payload_1k, n1k, "all"),
-            ),
-            (
-                "produce_100b_acks1",
-                lambda: bench.produce_repeated("100b", bench.payload_100, args.records_100b, "1"),
-            ),
-            ("consume_1k", None),
-            ("produce_latency", bench.latency),
-        ]
-        for phase, fn in phases:
-            if phase == "consume_1k":
-                src = out.get("produce_1k_acks1", {})
-                expected = src.get("records_delivered_total") or 0
-                if not expected:
-                    out[phase] = {"error": "skipped: the 1 KiB acks=1 run delivered nothing"}
-                    continue
+    def _run_once(self, phase: str) -> dict[str, Any]:
+        b, a = self.bench, self.args
+        assert b is not None
+        if phase == "produce_1k_acks1":
+            return b.produce("1k_acks1", b.payload_1k, a.records_1k, "1")
+        if phase == "produce_1k_acksall":
+            return b.produce("1k_acksall", b.payload_1k, a.records_1k, "all")
+        if phase == "produce_100b_acks1":
+            return b.produce("100b", b.payload_100, a.records_100b, "1")
+        if phase == "consume_1k":
+            return b.consume("1k_acks1", self.consume_expected, len(b.payload_1k))
+        if phase == "produce_latency":
+            return b.latency()
+        raise ValueError(phase)
 
-                def fn(expected: int = expected) -> dict[str, Any]:
-                    return bench.consume("1k_acks1", expected, len(bench.payload_1k))
+    def step(self, phase: str, i: int) -> None:
+        """Run ``phase`` once more (run ``i``), unless the phase or target is done."""
+        if not self.active or phase in self.done or i >= self.repeats(phase):
+            return
+        assert self.bench is not None and self.target is not None
+        if phase == "consume_1k" and not self.runs[phase]:
+            # Read back everything the 1 KiB acks=1 runs delivered.
+            src = self.out.get("produce_1k_acks1", {})
+            self.consume_expected = src.get("records_delivered_total") or 0
+            if not self.consume_expected:
+                self.phase_error[phase] = "skipped: the 1 KiB acks=1 run delivered nothing"
+                self.done.add(phase)
+                return
+        n = self.repeats(phase)
+        label = f"{self.name} {phase}" + (f" run {i + 1}/{n}" if n > 1 else "")
+        log(f"   {label} ...")
+        try:
+            self.bench.check_alive()
+            res = self._run_once(phase)
+        except Exception as e:
+            self.phase_error[phase] = f"{type(e).__name__}: {e}"
+            self.done.add(phase)
+            log(f"   {label}: ERROR {self.phase_error[phase]}")
+        else:
+            self.runs[phase].append(res)
+            log(f"   {label}: {_summary(res)}")
+            if not res.get("valid"):
+                self.done.add(phase)  # an invalid run is not repeated
+        if not self.target.alive():
+            self.active = False
+            self.out["status"] = "error"
+            self.out["error"] = f"{self.name} died during {phase}"
+            self.out["log_tail"] = self.target.log_tail()
+            log(f"== {self.name}: process died during {phase}")
 
-            log(f"   {phase} ...")
-            try:
-                bench.check_alive()
-                res = fn()
-            except Exception as e:
-                res = {"error": f"{type(e).__name__}: {e}"}
-            out[phase] = res
-            log(f"   {phase}: {_summary(res)}")
-            if not target.alive():
-                out["status"] = "error"
-                out["error"] = f"{name} died during {phase}"
-                out["log_tail"] = target.log_tail()
-                log(f"== {name}: process died during {phase}")
-                break
-        if any("error" in v for v in out.values() if isinstance(v, dict)):
-            out["status"] = "partial" if out["status"] == "ok" else out["status"]
-        out["client_errors"] = {"count": bench.errors.count, "samples": bench.errors.samples}
-        out["broker"] = target.usage()
-        out["info"] = target.info
-    finally:
-        bench = None  # drop every client of this target before stopping it
-        gc.collect()
-        stopped = target.stop()
-        out.setdefault("info", target.info)
-        out["stop"] = stopped
-        log(f"== {name}: stopped ({stopped.get('stopped_by', '-')})")
-    return out
+    def finish_phase(self, phase: str) -> None:
+        """Summarise the phase's runs into ``out[phase]`` (once)."""
+        if phase in self.finished:
+            return
+        runs, err = self.runs[phase], self.phase_error.get(phase)
+        if not runs and err is None:
+            return  # never attempted (the target died or was interrupted first)
+        self.finished.add(phase)
+        if err is not None:
+            res: dict[str, Any] = {"error": err}
+            if runs:
+                res["completed_runs"] = runs
+        elif phase == "produce_latency":
+            res = aggregate_latency(runs)
+        else:
+            res = aggregate_throughput(runs)
+        self.out[phase] = res
+        if len(runs) > 1 and err is None:
+            log(f"   {self.name} {phase}: median of {len(runs)}: {_summary(res)}")
+
+    def interrupted(self) -> None:
+        for phase in PHASES:
+            self.finish_phase(phase)
+        self.active = False
+        self.out["status"] = "error"
+        self.out["error"] = "interrupted"
+
+    def close(self) -> None:
+        """Record client errors and broker usage, then stop the target (once)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.active = False
+        target = self.target
+        try:
+            if self.bench is not None and target is not None:
+                failed = any("error" in v for v in self.out.values() if isinstance(v, dict))
+                if failed and self.out["status"] == "ok":
+                    self.out["status"] = "partial"
+                self.out["client_errors"] = {
+                    "count": self.bench.errors.count,
+                    "samples": self.bench.errors.samples,
+                }
+                self.out["broker"] = target.usage()
+                self.out["info"] = target.info
+        finally:
+            self.bench = None  # drop every client of this target before stopping it
+            gc.collect()
+            if target is not None:
+                stopped = target.stop()
+                self.out.setdefault("info", target.info)
+                self.out["stop"] = stopped
+                log(f"== {self.name}: stopped ({stopped.get('stopped_by', '-')})")
+
+    def fail(self, e: BaseException) -> None:
+        """An unexpected exception outside a phase: keep the figures so far."""
+        self.active = False
+        self.out["status"] = "error"
+        self.out["error"] = f"{type(e).__name__}: {e}"
 
 
 def _summary(res: dict[str, Any]) -> str:
     if "error" in res:
         return f"ERROR {res['error']}"
     if "p99_ms" in res:
-        return (
+        s = (
             f"p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms at {res['achieved_rate']}/s"
             f" ({res['delivery_errors']} errors)"
         )
+        if res.get("repeats", 1) > 1:
+            s += f"; p99 runs {res['p99_ms_runs']}"
+        return s
     flag = "" if res.get("valid") else "  [INVALID]"
     cap = " [time-capped]" if res.get("time_capped") else ""
     n = res.get("records_delivered", res.get("records_consumed"))
-    return f"{n} recs, {res['records_per_s']} rec/s, {res['mb_per_s']} MB/s{cap}{flag}"
+    spread = ""
+    if res.get("repeats", 1) > 1:
+        spread = f" (runs {res['mb_per_s_min']}-{res['mb_per_s_max']})"
+    return f"{n} recs, {res['records_per_s']} rec/s, {res['mb_per_s']} MB/s{spread}{cap}{flag}"
+
+
+def run_schedule(args: argparse.Namespace) -> tuple[list[TargetRun], bool]:
+    """Every target through every phase; returns the runs and whether interrupted.
+
+    Default: one target at a time (started, all its phases, stopped). With
+    ``--interleave``: every target is started first and kept up; then for each
+    phase and each repetition, every target runs once in turn (the order
+    rotated by one at each repetition), so that drift in the machine's load is
+    spread over all targets rather than landing on one.
+    """
+    runs: list[TargetRun] = []
+    try:
+        if args.interleave:
+            for name in args.target_list:
+                tr = TargetRun(name, args)
+                runs.append(tr)
+                tr.setup()
+            for phase in PHASES:
+                live = [tr for tr in runs if tr.active]
+                reps = max((tr.repeats(phase) for tr in live), default=0)
+                for i in range(reps):
+                    k = i % len(live)
+                    for tr in live[k:] + live[:k]:
+                        try:
+                            tr.step(phase, i)
+                        except Exception as e:  # never lose the other targets' figures
+                            tr.fail(e)
+                for tr in live:
+                    tr.finish_phase(phase)
+        else:
+            for name in args.target_list:
+                tr = TargetRun(name, args)
+                runs.append(tr)
+                try:
+                    if tr.setup():
+                        for phase in PHASES:
+                            for i in range(tr.repeats(phase)):
+                                tr.step(phase, i)
+                            tr.finish_phase(phase)
+                except Exception as e:  # never lose the other targets' figures
+                    tr.fail(e)
+                tr.close()
+    except KeyboardInterrupt:
+        for tr in runs:
+            if not tr.closed:
+                tr.interrupted()
+        return runs, True
+    finally:
+        for tr in runs:
+            with contextlib.suppress(Exception):
+                tr.close()
+    return runs, False
 
 
 def _metric(t: dict[str, Any] | None, phase: str, field: str) -> float | None:
@@ -789,7 +984,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--repeat",
         type=int,
         default=None,
-        help="produce runs per workload, median reported (default 3; quick 1)",
+        help="runs of each produce workload and of the consume, median reported "
+        "(default 3; quick 1)",
+    )
+    ap.add_argument(
+        "--latency-repeat",
+        type=int,
+        default=None,
+        help="latency runs, median p50/p99 reported (default 2; quick 1)",
+    )
+    ap.add_argument(
+        "--interleave",
+        action="store_true",
+        help="keep every broker up and run each phase round-robin across the targets "
+        "(each repetition on every target in turn) instead of one target after another",
     )
     ap.add_argument(
         "--flush-timeout",
@@ -840,6 +1048,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.repeat is None:
         args.repeat = 1 if q else 3
     args.repeat = max(1, args.repeat)
+    if args.latency_repeat is None:
+        args.latency_repeat = 1 if q else 2
+    args.latency_repeat = max(1, args.latency_repeat)
     if args.latency_seconds is None:
         args.latency_seconds = 2.0 if q else 10.0
     names = [t.strip() for t in args.targets.split(",") if t.strip()]
@@ -869,6 +1080,14 @@ def main(argv: list[str] | None = None) -> int:
             "records_1k": args.records_1k,
             "records_100b": args.records_100b,
             "repeat": args.repeat,
+            "latency_repeat": args.latency_repeat,
+            "interleave": args.interleave,
+            "order": (
+                "round-robin: each phase run by every target in turn, per repetition"
+                if args.interleave
+                else "one target at a time"
+            ),
+            "aggregate": "median over repeated runs (runs, min, max alongside)",
             "max_seconds_per_run": args.max_seconds,
             "latency_rate": args.latency_rate,
             "latency_seconds": args.latency_seconds,
@@ -883,28 +1102,22 @@ def main(argv: list[str] | None = None) -> int:
         },
         "targets": {},
     }
-    interrupted = False
-    for name in args.target_list:
-        try:
-            result["targets"][name] = run_target(name, args)
-        except KeyboardInterrupt:
-            result["targets"][name] = {"status": "error", "error": "interrupted"}
-            interrupted = True
-            break
-        except Exception as e:  # never lose the other targets' figures
-            result["targets"][name] = {"status": "error", "error": f"{type(e).__name__}: {e}"}
+    runs, interrupted = run_schedule(args)
+    for tr in runs:
+        result["targets"][tr.name] = tr.out
     result["ratios"] = {
         "kplane_vs_tansu": ratios(result["targets"], "tansu"),
         "kplane_vs_mock": ratios(result["targets"], "mock"),
     }
-    result["elapsed_s"] = round(time.monotonic() - started, 1)
+    result["wall_seconds"] = round(time.monotonic() - started, 1)
+    result["elapsed_s"] = result["wall_seconds"]  # older name of the same figure
     result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
         log(f"wrote {args.out}")
-    log(f"done in {result['elapsed_s']} s")
+    log(f"done in {result['wall_seconds']} s")
     return 130 if interrupted else 0
 
 
