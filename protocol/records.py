@@ -59,12 +59,13 @@ __all__ = (
     "Buffer",
     "InvalidRecordError",
     "Record",
-    "assign_offsets",
     "build_batch",
     "iter_all_records",
     "iter_records",
+    "number_batches",
     "read_partial_batches",
     "scan_batches",
+    "served_prefix",
 )
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
@@ -75,7 +76,6 @@ Buffer: TypeAlias = bytes | bytearray | memoryview
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _INT8 = struct.Struct(">b")
-_INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
 _INT64 = struct.Struct(">q")
@@ -87,13 +87,10 @@ LOG_OVERHEAD = 12
 MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD  # 49
 """Smallest legal batchLength (a header with no records)."""
 
-_BASE_OFFSET_POS = 0
 _LENGTH_POS = 8
-_PARTITION_LEADER_EPOCH_POS = 12
 _MAGIC_POS = 16
 _CRC_POS = 17
 _ATTRIBUTES_POS = 21
-_MAX_TIMESTAMP_POS = 35
 
 _MAGIC_V2 = 2
 
@@ -445,58 +442,39 @@ def read_partial_batches(buffer: Buffer) -> list[BatchHeader]:
 
 
 # ---------------------------------------------------------------------------
-# In-place patching (hot path)
+# Offsets (hot path): assigned to headers, written when the batch is served
 # ---------------------------------------------------------------------------
 
+_SERVED_PREFIX = struct.Struct(">qii")
 
-def assign_offsets(
-    buffer: bytearray | memoryview,
-    batches: list[BatchHeader],
-    base_offset: int,
-    log_append_time_ms: int | None = None,
-    partition_leader_epoch: int | None = None,
+
+def number_batches(
+    batches: list[BatchHeader], base_offset: int, partition_leader_epoch: int
 ) -> int:
-    """Give the batches in ``buffer`` consecutive offsets starting at ``base_offset``.
+    """Give ``batches`` consecutive offsets from ``base_offset``; returns the next offset.
 
-    ``batches`` is what :func:`scan_batches` returned for ``buffer``. Each
-    batch's baseOffset is overwritten in place; the next batch starts right
-    after the previous batch's last offset. baseOffset and
-    partitionLeaderEpoch are outside the CRC, so they are patched without
-    recomputing it. When ``log_append_time_ms`` is given, each batch gets the
-    LogAppendTime attribute bit and that maxTimestamp, and its CRC is
-    recomputed (only for batches that actually changed).
-
-    The ``BatchHeader`` objects are updated to match. Returns the offset
-    following the last batch.
+    Only the headers change: the stored bytes stay as the producer sent them, and
+    :func:`served_prefix` supplies the assigned values when the batch is served.
     """
-    with _byte_view(buffer) as view:
-        if view.readonly:
-            raise TypeError("assign_offsets needs a writable buffer (e.g. a bytearray)")
-        next_offset = base_offset
-        for batch in batches:
-            pos = batch.position
-            if pos < 0 or pos + batch.size > len(view):
-                raise ValueError(
-                    f"batch at byte {pos} (size {batch.size}) lies outside the "
-                    f"{len(view)}-byte buffer"
-                )
-            _INT64.pack_into(view, pos + _BASE_OFFSET_POS, next_offset)
-            batch.base_offset = next_offset
-            if partition_leader_epoch is not None:
-                _INT32.pack_into(view, pos + _PARTITION_LEADER_EPOCH_POS, partition_leader_epoch)
-                batch.partition_leader_epoch = partition_leader_epoch
-            if log_append_time_ms is not None:
-                attributes = batch.attributes | _TIMESTAMP_TYPE_MASK
-                if attributes != batch.attributes or batch.max_timestamp != log_append_time_ms:
-                    _INT16.pack_into(view, pos + _ATTRIBUTES_POS, attributes)
-                    _INT64.pack_into(view, pos + _MAX_TIMESTAMP_POS, log_append_time_ms)
-                    crc = _crc32c.crc32c(view[pos + _ATTRIBUTES_POS : pos + batch.size])
-                    _UINT32.pack_into(view, pos + _CRC_POS, crc)
-                    batch.attributes = attributes
-                    batch.max_timestamp = log_append_time_ms
-                    batch.crc = crc
-            next_offset += batch.last_offset_delta + 1
-        return next_offset
+    next_offset = base_offset
+    for batch in batches:
+        batch.base_offset = next_offset
+        batch.partition_leader_epoch = partition_leader_epoch
+        next_offset += batch.last_offset_delta + 1
+    return next_offset
+
+
+def served_prefix(batch: BatchHeader) -> bytes:
+    """The first 16 bytes a stored batch is served with.
+
+    baseOffset, batchLength and partitionLeaderEpoch lie outside the CRC, so writing
+    this prefix in front of the batch's bytes from byte 16 on yields exactly the batch
+    with its offsets assigned in place, without copying the batch.
+    """
+    return _SERVED_PREFIX.pack(
+        batch.base_offset, batch.size - LOG_OVERHEAD, batch.partition_leader_epoch
+    )
+
 
 
 # ---------------------------------------------------------------------------

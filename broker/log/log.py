@@ -8,9 +8,13 @@ from __future__ import annotations
 import bisect
 import threading
 from abc import ABC, abstractmethod
+from array import array
 from dataclasses import dataclass
 
-from protocol.records import BatchHeader, iter_records
+from protocol.fetch_response import Piece
+from protocol.records import BatchHeader, Record, iter_records, served_prefix
+
+PREFIX_SIZE = 16  # baseOffset, batchLength, partitionLeaderEpoch: see served_prefix
 
 
 @dataclass(slots=True)
@@ -42,12 +46,13 @@ class Log(ABC):
         """Bytes stored."""
 
     @abstractmethod
-    def append(self, buffer: bytearray, batches: list[BatchHeader]) -> None:
-        """Store ``batches`` of ``buffer``, whose offsets are already assigned."""
+    def append(self, buffer: bytes, batches: list[BatchHeader]) -> None:
+        """Store ``batches`` of ``buffer``; their headers carry the assigned offsets."""
 
     @abstractmethod
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> list[memoryview]:
-        """Whole batches from the one holding ``offset``, up to ``max_bytes``.
+    def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> list[Piece]:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes``, as pieces
+        to write one after the other (a served prefix and the stored bytes per batch).
 
         With ``min_one_batch`` the first batch is returned even when larger (KIP-74).
         """
@@ -62,15 +67,24 @@ class Log(ABC):
 
 
 class MemoryLog(Log):
-    """A log held in memory: a list of batch slices indexed by base offset."""
+    """A log held in memory: appended buffers, and per batch its place in them.
+
+    Buffers are kept as the producer's request delivered them; each batch is served as
+    its ``served_prefix`` (assigned offset and leader epoch) followed by its stored bytes
+    from byte 16 on, so neither append nor read copies record data. Positions and
+    offsets live in ``array`` columns, so a long log adds almost nothing for the garbage
+    collector to walk.
+    """
 
     def __init__(self, start_offset: int = 0) -> None:
         self._start = start_offset
         self._end = start_offset
-        self._bases: list[int] = []
-        self._lasts: list[int] = []
-        self._views: list[memoryview] = []
-        self._max_ts: list[int] = []
+        self._buffers: list[bytes] = []
+        self._prefixes: list[bytes] = []
+        self._positions = array("q")
+        self._sizes = array("q")
+        self._lasts = array("q")
+        self._max_ts = array("q")
         self._size = 0
         self._lock = threading.Lock()
 
@@ -86,48 +100,57 @@ class MemoryLog(Log):
     def size_bytes(self) -> int:
         return self._size
 
-    def append(self, buffer: bytearray, batches: list[BatchHeader]) -> None:
-        view = memoryview(buffer)
+    def append(self, buffer: bytes, batches: list[BatchHeader]) -> None:
         with self._lock:
             for b in batches:
-                self._views.append(view[b.position : b.position + b.size])
-                self._lasts.append(b.base_offset + b.last_offset_delta)
+                self._buffers.append(buffer)
+                self._prefixes.append(served_prefix(b))
+                self._positions.append(b.position)
+                self._sizes.append(b.size)
                 self._max_ts.append(b.max_timestamp)
-                self._bases.append(b.base_offset)
+                # Last: readers take the count from this column.
+                self._lasts.append(b.base_offset + b.last_offset_delta)
                 self._size += b.size
             if batches:
                 self._end = batches[-1].base_offset + batches[-1].last_offset_delta + 1
 
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> list[memoryview]:
-        count = len(self._bases)
+    def _pieces(self, index: int) -> tuple[bytes, memoryview]:
+        start = self._positions[index] + PREFIX_SIZE
+        end = self._positions[index] + self._sizes[index]
+        return self._prefixes[index], memoryview(self._buffers[index])[start:end]
+
+    def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> list[Piece]:
+        count = len(self._lasts)
         index = bisect.bisect_left(self._lasts, offset, 0, count)
-        out: list[memoryview] = []
+        out: list[Piece] = []
         total = 0
         while index < count:
-            view = self._views[index]
-            if total + len(view) > max_bytes and not (min_one_batch and not out):
+            size = self._sizes[index]
+            if total + size > max_bytes and not (min_one_batch and not out):
                 break
-            out.append(view)
-            total += len(view)
+            out.extend(self._pieces(index))
+            total += size
             index += 1
         return out
 
+    def _records(self, index: int) -> list[Record]:
+        return list(iter_records(b"".join(self._pieces(index))))
+
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        count = len(self._bases)
-        for i in range(count):
+        for i in range(len(self._lasts)):
             if self._max_ts[i] >= timestamp_ms:
-                for record in iter_records(self._views[i]):
+                for record in self._records(i):
                     if record.timestamp is not None and record.timestamp >= timestamp_ms:
                         return record.offset, record.timestamp
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
-        count = len(self._bases)
+        count = len(self._lasts)
         if count == 0:
             return None
         i = max(range(count), key=self._max_ts.__getitem__)
         best: tuple[int, int] | None = None
-        for record in iter_records(self._views[i]):
+        for record in self._records(i):
             ts = record.timestamp if record.timestamp is not None else -1
             if best is None or ts >= best[1]:
                 best = (record.offset, ts)

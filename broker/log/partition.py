@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 
 from broker.log.log import Log, LogAppendInfo
 from broker.log.producer_state import ProducerStateManager
-from protocol.records import BatchHeader, assign_offsets
+from protocol.records import BatchHeader, number_batches
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +36,7 @@ class Partition:
         """Single-replica partitions: everything appended is committed."""
         return self.log.log_end_offset
 
-    def append_records_as_leader(
-        self, buffer: bytearray, batches: list[BatchHeader], log_append_time: bool
-    ) -> LogAppendInfo:
+    def append_records_as_leader(self, records: bytes, batches: list[BatchHeader]) -> LogAppendInfo:
         """Assign offsets, check producer sequences and append. A retried batch is not
         appended again: its earlier offsets are returned."""
         with self._lock:
@@ -50,18 +47,9 @@ class Partition:
                 )
             for batch in batches[1:]:
                 self.producer_state.find_duplicate(batch)
-            now_ms = int(time.time() * 1000)
             first = self.log.log_end_offset
-            next_offset = assign_offsets(
-                buffer,
-                batches,
-                first,
-                log_append_time_ms=now_ms if log_append_time else None,
-                partition_leader_epoch=self.leader_epoch,
-            )
-            self.log.append(buffer, batches)
+            next_offset = number_batches(batches, first, self.leader_epoch)
+            self.log.append(records, batches)
             for batch in batches:
                 self.producer_state.update(batch)
-            return LogAppendInfo(
-                first, next_offset - 1, now_ms if log_append_time else -1, self.log.log_start_offset
-            )
+            return LogAppendInfo(first, next_offset - 1, -1, self.log.log_start_offset)

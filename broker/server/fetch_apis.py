@@ -12,7 +12,7 @@ from broker.server.context import Handler, RequestContext
 from broker.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 from broker.server.replica_manager import ReadResult, ReplicaManager
 from protocol.errors import ErrorCode, KafkaError
-from protocol.fetch_response import encode_fetch_response
+from protocol.fetch_response import Piece, encode_fetch_response
 
 FETCH = 1
 LIST_OFFSETS = 2
@@ -113,7 +113,7 @@ class FetchApis:
         """Read every partition now and answer; stored batches go out without a copy."""
         by_id = ctx.api_version >= 13
         remaining = min(int(ctx.body.max_bytes), self.fetch_max_bytes)
-        topics: dict[Any, list[tuple[Any, list[memoryview]]]] = {}
+        topics: dict[Any, list[tuple[Any, list[Piece]]]] = {}
         first_data = True
         for spec in specs:
             if spec.tp is None:

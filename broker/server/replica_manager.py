@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from broker.log.log import LogAppendInfo
+from broker.log.log import LogAppendInfo, Piece
 from broker.log.log_manager import LogManager
 from broker.log.partition import Partition, TopicPartition
 from broker.metadata.cache import MetadataCache, PartitionInfo
@@ -34,7 +34,7 @@ class ReadResult:
     high_watermark: int = -1
     log_start_offset: int = -1
     leader_epoch: int = -1
-    views: list[memoryview] = field(default_factory=list)
+    views: list[Piece] = field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -101,8 +101,7 @@ class ReplicaManager:
                 self._check_min_isr(tp)
             if not records:
                 raise KafkaError(ErrorCode.corrupt_message, "produce request has no records")
-            buffer = bytearray(records)
-            batches = scan_batches(buffer)
+            batches = scan_batches(records)
             for batch in batches:
                 if batch.size > self.max_message_bytes:
                     raise KafkaError(
@@ -110,7 +109,7 @@ class ReplicaManager:
                         f"batch of {batch.size} bytes exceeds max.message.bytes "
                         f"{self.max_message_bytes}",
                     )
-            info = partition.append_records_as_leader(buffer, batches, log_append_time=False)
+            info = partition.append_records_as_leader(records, batches)
         except KafkaError as exc:
             log.debug("append refused", partition=str(tp), error=exc.code.name, reason=exc.message)
             return AppendResult(exc.code, exc.message)

@@ -22,12 +22,13 @@ from protocol.records import (
     _read_varlong,
     _write_varint,
     _write_varlong,
-    assign_offsets,
     build_batch,
     iter_all_records,
     iter_records,
+    number_batches,
     read_partial_batches,
     scan_batches,
+    served_prefix,
 )
 
 # --------------------------------------------------------------------------- helpers
@@ -210,7 +211,6 @@ def test_scan_accepts_memoryview_and_releases_buffer() -> None:
     assert sum(h.size for h in headers) == len(buf)
     scan_batches(buf)
     read_partial_batches(buf)
-    assign_offsets(buf, headers, 0)
     buf.extend(b"x")  # would raise BufferError if a memoryview export leaked
 
 
@@ -407,105 +407,50 @@ def test_mutated_records_only_raise_invalid_record_error(data: st.DataObject) ->
         list(iter_records(batch))
 
 
-# --------------------------------------------------------------------------- assign_offsets
+# --------------------------------------------------------------------------- offsets
 
 
-def _several_batches() -> tuple[bytearray, list[int]]:
+def _several_batches() -> tuple[bytes, list[int]]:
     counts = [3, 1, 7, 2]
     parts = []
     start = 0
     for i, n in enumerate(counts):
         parts.append(build_batch(_records(n, start=start), compression=i % 2))
         start += n
-    return bytearray(b"".join(parts)), counts
+    return b"".join(parts), counts
 
 
-def test_assign_offsets_consecutive() -> None:
+def _served(buf: bytes, headers: list[BatchHeader]) -> bytes:
+    """What the broker writes for each stored batch: served prefix, then bytes 16 on."""
+    return b"".join(served_prefix(h) + buf[h.position + 16 : h.position + h.size] for h in headers)
+
+
+def test_number_batches_gives_consecutive_offsets_without_touching_bytes() -> None:
     buf, counts = _several_batches()
     original = bytes(buf)
     headers = scan_batches(buf)
-    next_offset = assign_offsets(buf, headers, 1000)
+    next_offset = number_batches(headers, 1000, partition_leader_epoch=7)
     assert next_offset == 1000 + sum(counts)
-
-    expected_bases = [1000 + sum(counts[:i]) for i in range(len(counts))]
-    assert [h.base_offset for h in headers] == expected_bases
-    rescanned = scan_batches(buf)  # CRC still valid
-    assert rescanned == headers
-    assert [r.offset for r in iter_all_records(buf)] == list(range(1000, 1000 + sum(counts)))
-    # Only the baseOffset fields changed.
-    for h in headers:
-        p = h.position
-        assert buf[p + 8 : p + h.size] == original[p + 8 : p + h.size]
+    assert [h.base_offset for h in headers] == [1000 + sum(counts[:i]) for i in range(len(counts))]
+    assert buf == original
 
 
-def test_assign_offsets_log_append_time_and_leader_epoch() -> None:
+def test_served_batches_carry_assigned_offsets_and_valid_crcs() -> None:
     buf, counts = _several_batches()
     headers = scan_batches(buf)
-    old_crcs = [h.crc for h in headers]
-    append_time = 1_800_000_000_123
-    next_offset = assign_offsets(
-        buf, headers, 5, log_append_time_ms=append_time, partition_leader_epoch=17
-    )
-    assert next_offset == 5 + sum(counts)
-    for h, old_crc in zip(headers, old_crcs, strict=True):
-        assert h.log_append_time
-        assert h.attributes & 0x08
-        assert h.max_timestamp == append_time
-        assert h.partition_leader_epoch == 17
-        assert h.crc != old_crc
-    rescanned = scan_batches(buf, verify_crc=True)
-    assert rescanned == headers
-    decoded = list(iter_all_records(buf))
-    assert {r.timestamp for r in decoded} == {append_time}
-    assert [r.offset for r in decoded] == list(range(5, 5 + sum(counts)))
-
-    # kafka-python agrees: CRC valid, LogAppendTime timestamps, our offsets.
-    for h in headers:
-        kbatch = DefaultRecordBatch(bytes(buf[h.position : h.position + h.size]))
+    number_batches(headers, 5, partition_leader_epoch=17)
+    served = _served(buf, headers)
+    rescanned = scan_batches(served, verify_crc=True)
+    assert [(h.base_offset, h.partition_leader_epoch) for h in rescanned] == [
+        (h.base_offset, 17) for h in headers
+    ]
+    assert [r.offset for r in iter_all_records(served)] == list(range(5, 5 + sum(counts)))
+    # kafka-python reads the same offsets, epochs and CRCs.
+    for h in rescanned:
+        kbatch = DefaultRecordBatch(served[h.position : h.position + h.size])
         assert kbatch.validate_crc()
-        assert kbatch.timestamp_type == 1
+        assert kbatch.base_offset == h.base_offset
         assert kbatch.leader_epoch == 17
-        assert [r.timestamp for r in kbatch] == [append_time] * h.record_count
-
-
-def test_assign_offsets_idempotent_log_append_time_keeps_crc() -> None:
-    buf = bytearray(build_batch(_records(2)))
-    headers = scan_batches(buf)
-    assign_offsets(buf, headers, 0, log_append_time_ms=99)
-    crc = headers[0].crc
-    snapshot = bytes(buf)
-    assign_offsets(buf, headers, 0, log_append_time_ms=99)
-    assert headers[0].crc == crc
-    assert bytes(buf) == snapshot
-
-
-def test_assign_offsets_needs_writable_buffer() -> None:
-    data = build_batch(_records(1))
-    with pytest.raises(TypeError):
-        assign_offsets(data, scan_batches(data), 0)  # type: ignore[arg-type]
-
-
-def test_assign_offsets_rejects_foreign_headers() -> None:
-    buf = bytearray(build_batch(_records(1)))
-    bogus = BatchHeader(
-        position=len(buf),
-        size=61,
-        base_offset=0,
-        partition_leader_epoch=-1,
-        magic=2,
-        crc=0,
-        attributes=0,
-        last_offset_delta=0,
-        base_timestamp=0,
-        max_timestamp=0,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        record_count=1,
-    )
-    with pytest.raises(ValueError, match="outside"):
-        assign_offsets(buf, [bogus], 0)
-
 
 # --------------------------------------------------------------------------- build_batch arguments
 
