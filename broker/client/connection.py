@@ -1,0 +1,174 @@
+"""BrokerConnection: one asyncio connection to a broker, many requests in flight.
+
+Responses are matched to requests by correlation id; the API versions to use are
+negotiated with ApiVersions right after connecting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from protocol import api
+from protocol.errors import ErrorCode
+from protocol.framing import encode_request_frame
+
+log = structlog.get_logger(__name__)
+
+API_VERSIONS = 18
+_SIZE = struct.Struct(">i")
+_CORRELATION = struct.Struct(">i")
+
+
+class BrokerConnectionError(ConnectionError):
+    """The connection failed or closed; pending requests fail with it."""
+
+
+class UnsupportedApi(Exception):
+    """The broker serves no version of an API that this client can speak."""
+
+
+class BrokerConnection:
+    """A connection to ``host:port`` with ApiVersions-negotiated versions."""
+
+    def __init__(self, host: str, port: int, client_id: str, request_timeout_ms: int) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.request_timeout = request_timeout_ms / 1000.0
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
+        self._ids = itertools.count(1)
+        self._read_task: asyncio.Task[None] | None = None
+        self.versions: dict[int, range] = {}
+        self.closed = False
+        self.last_used = 0.0
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        return len(self._pending)
+
+    async def connect(self, timeout: float) -> None:
+        """Open the socket and negotiate API versions."""
+        self._reader, self._writer = await asyncio.wait_for(
+            asyncio.open_connection(self.host, self.port), timeout
+        )
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+        await self._negotiate()
+
+    async def _negotiate(self) -> None:
+        """ApiVersions v3; a broker that does not know v3 answers v0 with error 35."""
+        request = api.make(
+            api.request_class(API_VERSIONS, 3),
+            client_software_name="kplane",
+            client_software_version="0.1",
+        )
+        response = await self._send(API_VERSIONS, 3, request)
+        if response.error_code == ErrorCode.unsupported_version:
+            response = await self._send(
+                API_VERSIONS, 0, api.make(api.request_class(API_VERSIONS, 0))
+            )
+        if response.error_code != ErrorCode.none:
+            raise BrokerConnectionError(
+                f"ApiVersions failed on {self.address}: {response.error_code.name}"
+            )
+        self.versions = {
+            int(k.api_key): range(int(k.min_version), int(k.max_version) + 1)
+            for k in response.api_keys
+        }
+
+    def version_for(self, api_key: int) -> int:
+        """The highest version both sides speak."""
+        ours = api.kio_versions(api_key)
+        theirs = self.versions.get(api_key)
+        if theirs is None or not ours:
+            raise UnsupportedApi(f"{self.address} does not serve {api.API_NAMES.get(api_key)}")
+        version = min(ours.stop, theirs.stop) - 1
+        if version < max(ours.start, theirs.start):
+            raise UnsupportedApi(
+                f"no common version of {api.API_NAMES.get(api_key)} with {self.address}"
+            )
+        return version
+
+    async def request(self, api_key: int, build: Callable[[int], Any]) -> Any:
+        """Send ``build(version)`` at the negotiated version; await its response."""
+        version = self.version_for(api_key)
+        return await self._send(api_key, version, build(version))
+
+    def send_no_response(self, api_key: int, build: Callable[[int], Any]) -> None:
+        """Send a request that gets no answer (Produce with acks=0)."""
+        version = self.version_for(api_key)
+        self._write(api_key, version, next(self._ids), build(version))
+
+    def _write(self, api_key: int, version: int, correlation_id: int, request: Any) -> None:
+        if self.closed or self._writer is None:
+            raise BrokerConnectionError(f"connection to {self.address} is closed")
+        frame = encode_request_frame(
+            api_key, version, correlation_id, self.client_id, api.encode(request)
+        )
+        self._writer.write(frame)
+        self.last_used = asyncio.get_running_loop().time()
+
+    async def _send(self, api_key: int, version: int, request: Any) -> Any:
+        correlation_id = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = (future, api_key, version)
+        try:
+            self._write(api_key, version, correlation_id, request)
+            return await asyncio.wait_for(asyncio.shield(future), self.request_timeout)
+        except TimeoutError:
+            self.close(BrokerConnectionError(f"request to {self.address} timed out"))
+            raise
+        finally:
+            self._pending.pop(correlation_id, None)
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await self._reader.readexactly(4))
+                frame = await self._reader.readexactly(size)
+                (correlation_id,) = _CORRELATION.unpack_from(frame, 0)
+                entry = self._pending.get(correlation_id)
+                if entry is None:
+                    continue
+                future, api_key, version = entry
+                offset = 4 + (1 if api.response_header_version(api_key, version) else 0)
+                try:
+                    response = api.decode_response(api_key, version, frame, offset)
+                except Exception as exc:
+                    if not future.done():
+                        future.set_exception(exc)
+                    continue
+                if not future.done():
+                    future.set_result(response)
+        except (asyncio.IncompleteReadError, OSError) as exc:
+            self.close(BrokerConnectionError(f"connection to {self.address} lost: {exc!r}"))
+        except asyncio.CancelledError:
+            pass
+
+    def close(self, error: Exception | None = None) -> None:
+        """Close; every pending request fails with ``error``."""
+        if self.closed:
+            return
+        self.closed = True
+        failure = error or BrokerConnectionError(f"connection to {self.address} closed")
+        for future, _, _ in list(self._pending.values()):
+            if not future.done():
+                future.set_exception(failure)
+        self._pending.clear()
+        if self._writer is not None:
+            self._writer.close()
+        if self._read_task is not None and self._read_task is not asyncio.current_task():
+            self._read_task.cancel()
