@@ -1,0 +1,131 @@
+"""KIP-899's test plan: bootstrap.servers=broker1,broker2 with only broker1 up; broker1
+stops and broker2 starts; the client carries on with rebootstrap and fails clearly with
+none."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Producer as ConfluentProducer
+
+from broker.client.config import ClientConfig
+from broker.client.kafka_client import KafkaClient, NoBrokersAvailable
+from broker.testing.plugin import RunningBroker, free_port
+
+
+def _pair(
+    broker_factory: Callable[..., RunningBroker],
+) -> tuple[RunningBroker, Callable[[], RunningBroker], str]:
+    """broker1 running; broker2's port reserved and started on demand."""
+    port1, port2 = free_port(), free_port()
+    broker1 = broker_factory({"broker.id": "1", "listeners": f"PLAINTEXT://127.0.0.1:{port1}"})
+
+    def start_broker2() -> RunningBroker:
+        return broker_factory({"broker.id": "2", "listeners": f"PLAINTEXT://127.0.0.1:{port2}"})
+
+    return broker1, start_broker2, f"127.0.0.1:{port1},127.0.0.1:{port2}"
+
+
+def _client(bootstrap: str, strategy: str, **extra: str) -> KafkaClient:
+    props = {
+        "bootstrap.servers": bootstrap,
+        "metadata.recovery.strategy": strategy,
+        "reconnect.backoff.ms": "50",
+        "reconnect.backoff.max.ms": "200",
+        "request.timeout.ms": "5000",
+    }
+    props.update(extra)
+    return KafkaClient(ClientConfig.from_properties(props))
+
+
+async def test_rebootstrap_reaches_the_new_broker(broker_factory) -> None:
+    broker1, start_broker2, bootstrap = _pair(broker_factory)
+    client = _client(bootstrap, "rebootstrap")
+    try:
+        await client.start()
+        assert sorted(client.cluster.brokers) == [1]
+        broker1.stop()
+        broker2 = start_broker2()
+        cluster = await client.refresh_metadata(["after-the-switch"])
+        assert sorted(cluster.brokers) == [2]
+        assert cluster.cluster_id == broker2.server.cluster_id
+        assert client.rebootstraps == 1
+        assert await client.leader_for("after-the-switch", 0) == 2
+    finally:
+        await client.close()
+
+
+async def test_none_fails_naming_the_brokers_tried(broker_factory) -> None:
+    broker1, start_broker2, bootstrap = _pair(broker_factory)
+    client = _client(bootstrap, "none")
+    try:
+        await client.start()
+        broker1.stop()
+        start_broker2()
+        with pytest.raises(NoBrokersAvailable) as info:
+            await client.refresh_metadata()
+        message = str(info.value)
+        assert "metadata.recovery.strategy=none" in message
+        assert broker1.bootstrap() in message
+        assert client.rebootstraps == 0
+    finally:
+        await client.close()
+
+
+async def test_known_limitation_low_reconnect_backoff_never_rebootstraps(broker_factory) -> None:
+    """With reconnect.backoff.max.ms=0 a broker is never in backoff, so it never counts as
+    unavailable: the client keeps trying broker1 until request.timeout.ms (KIP-899)."""
+    broker1, start_broker2, bootstrap = _pair(broker_factory)
+    client = _client(
+        bootstrap,
+        "rebootstrap",
+        **{
+            "reconnect.backoff.ms": "0",
+            "reconnect.backoff.max.ms": "0",
+            "request.timeout.ms": "1500",
+        },
+    )
+    try:
+        await client.start()
+        broker1.stop()
+        start_broker2()
+        with pytest.raises(NoBrokersAvailable, match="request.timeout.ms"):
+            await client.refresh_metadata()
+        assert client.rebootstraps == 0
+    finally:
+        await client.close()
+
+
+def _deliver(producer: ConfluentProducer, topic: str, value: bytes, timeout: float = 30) -> object:
+    results: list[object] = []
+    producer.produce(topic, value, on_delivery=lambda err, msg: results.append(err or msg))
+    deadline = time.monotonic() + timeout
+    while not results and time.monotonic() < deadline:
+        producer.poll(0.1)
+    assert results, f"no delivery report for {value!r} within {timeout}s"
+    return results[0]
+
+
+def test_librdkafka_rebootstraps_against_kplane(broker_factory) -> None:
+    """The same scenario with librdkafka as the client: kplane behaves as Kafka does."""
+    broker1, start_broker2, bootstrap = _pair(broker_factory)
+    producer = ConfluentProducer(
+        {
+            "bootstrap.servers": bootstrap,
+            "metadata.recovery.strategy": "rebootstrap",
+            "reconnect.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 200,
+            "topic.metadata.refresh.interval.ms": 1000,
+            "message.timeout.ms": 30000,
+        }
+    )
+    first = _deliver(producer, "kip-899", b"before")
+    assert not isinstance(first, Exception) and first.offset() == 0  # type: ignore[attr-defined]
+    broker1.stop()
+    broker2 = start_broker2()
+    second = _deliver(producer, "kip-899", b"after")
+    assert getattr(second, "error", lambda: None)() is None, second
+    assert broker2.server.cache.topic("kip-899") is not None
+    producer.flush(10)
