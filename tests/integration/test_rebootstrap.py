@@ -91,7 +91,7 @@ async def test_known_limitation_low_reconnect_backoff_never_rebootstraps(broker_
         await client.start()
         broker1.stop()
         start_broker2()
-        with pytest.raises(NoBrokersAvailable, match="request.timeout.ms"):
+        with pytest.raises(NoBrokersAvailable, match=r"request\.timeout\.ms"):
             await client.refresh_metadata()
         assert client.rebootstraps == 0
     finally:
