@@ -36,6 +36,7 @@ test-unit: setup
 
 bench: setup
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/client.py
 
 lint: setup
 	$(BIN)/ruff check broker protocol tests bench

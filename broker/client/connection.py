@@ -64,6 +64,7 @@ class BrokerConnection:
         self._reader, self._writer = await asyncio.wait_for(
             asyncio.open_connection(self.host, self.port), timeout
         )
+        self.last_used = asyncio.get_running_loop().time()
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         await self._negotiate()
 

@@ -227,6 +227,7 @@ class KafkaClient:
     # requests ------------------------------------------------------------------------
     async def request(self, node_id: int | None, api_key: int, build: Callable[[int], Any]) -> Any:
         """Send ``build(version)`` to ``node_id`` (None: the least loaded broker)."""
+        self._close_idle()
         if node_id is None:
             _, conn = await self.least_loaded_connection()
         else:
@@ -241,6 +242,15 @@ class KafkaClient:
                 self.rebootstrap(f"{conn.address} answered REBOOTSTRAP_REQUIRED")
             raise RebootstrapRequired(f"{conn.address} answered REBOOTSTRAP_REQUIRED")
         return response
+
+    def _close_idle(self) -> None:
+        """Close connections unused for ``connections.max.idle.ms``."""
+        now = asyncio.get_running_loop().time()
+        limit = self.config.connections_max_idle_ms / 1000.0
+        for key, conn in list(self._connections.items()):
+            if conn.in_flight == 0 and now - conn.last_used > limit:
+                log.debug("closing idle connection", broker=conn.address)
+                self._connections.pop(key).close()
 
     # metadata ------------------------------------------------------------------------
     def want_topics(self, topics: Iterable[str]) -> None:

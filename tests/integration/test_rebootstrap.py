@@ -4,6 +4,7 @@ none."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -129,3 +130,20 @@ def test_librdkafka_rebootstraps_against_kplane(broker_factory) -> None:
     assert getattr(second, "error", lambda: None)() is None, second
     assert broker2.server.cache.topic("kip-899") is not None
     producer.flush(10)
+
+
+async def test_idle_connections_are_closed(broker: RunningBroker) -> None:
+    client = KafkaClient(
+        ClientConfig.from_properties(
+            {"bootstrap.servers": broker.bootstrap(), "connections.max.idle.ms": "200"}
+        )
+    )
+    try:
+        await client.start()
+        first = await client.connection(0)
+        await asyncio.sleep(0.5)
+        await client.refresh_metadata()
+        assert first.closed
+        assert not (await client.connection(0)).closed
+    finally:
+        await client.close()
