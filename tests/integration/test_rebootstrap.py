@@ -12,8 +12,11 @@ import pytest
 from confluent_kafka import Producer as ConfluentProducer
 
 from broker.client.config import ClientConfig
-from broker.client.kafka_client import KafkaClient, NoBrokersAvailable
+from broker.client.kafka_client import KafkaClient, NoBrokersAvailable, RebootstrapRequired
 from broker.testing.plugin import RunningBroker, free_port
+from protocol import api
+from protocol.errors import ErrorCode
+from protocol.framing import parse_request_header, response_frame_prefix
 
 
 def _pair(
@@ -147,3 +150,67 @@ async def test_idle_connections_are_closed(broker: RunningBroker) -> None:
         assert not (await client.connection(0)).closed
     finally:
         await client.close()
+
+
+class _RebootstrapRequiredBroker:
+    """A wire-level stand-in for a broker that answers Metadata with REBOOTSTRAP_REQUIRED:
+    kplane's broker never sends that code, so this fault cannot be caused for real."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.AbstractServer | None = None
+        self.metadata_requests = 0
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"127.0.0.1:{port}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                header = parse_request_header(await reader.readexactly(size))
+                key, version = header.api_key, header.api_version
+                module = api.response_module(key, version)
+                if key == 18:
+                    body = api.make(
+                        api.response_class(key, version),
+                        error_code=ErrorCode.none,
+                        api_keys=(
+                            api.make(module.ApiVersion, api_key=18, min_version=0, max_version=4),
+                            api.make(module.ApiVersion, api_key=3, min_version=13, max_version=13),
+                        ),
+                    )
+                else:
+                    self.metadata_requests += 1
+                    body = api.make(
+                        api.response_class(key, version),
+                        error_code=ErrorCode.rebootstrap_required,
+                        brokers=(),
+                        topics=(),
+                    )
+                payload = api.encode(body)
+                writer.write(
+                    response_frame_prefix(key, version, header.correlation_id, len(payload))
+                    + payload
+                )
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+async def test_rebootstrap_required_from_a_broker() -> None:
+    fake = _RebootstrapRequiredBroker()
+    bootstrap = await fake.start()
+    client = _client(bootstrap, "rebootstrap")
+    try:
+        with pytest.raises(RebootstrapRequired):
+            await client.refresh_metadata()
+        assert client.rebootstraps == 1
+        assert fake.metadata_requests == 1
+    finally:
+        await client.close()
+        fake.close()
