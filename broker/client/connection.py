@@ -102,10 +102,12 @@ class BrokerConnection:
             )
         return version
 
-    async def request(self, api_key: int, build: Callable[[int], Any]) -> Any:
+    async def request(
+        self, api_key: int, build: Callable[[int], Any], extra_timeout_ms: int = 0
+    ) -> Any:
         """Send ``build(version)`` at the negotiated version; await its response."""
         version = self.version_for(api_key)
-        return await self._send(api_key, version, build(version))
+        return await self._send(api_key, version, build(version), extra_timeout_ms)
 
     def send_no_response(self, api_key: int, build: Callable[[int], Any]) -> None:
         """Send a request that gets no answer (Produce with acks=0)."""
@@ -121,13 +123,16 @@ class BrokerConnection:
         self._writer.write(frame)
         self.last_used = asyncio.get_running_loop().time()
 
-    async def _send(self, api_key: int, version: int, request: Any) -> Any:
+    async def _send(
+        self, api_key: int, version: int, request: Any, extra_timeout_ms: int = 0
+    ) -> Any:
         correlation_id = next(self._ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = (future, api_key, version)
         try:
             self._write(api_key, version, correlation_id, request)
-            return await asyncio.wait_for(asyncio.shield(future), self.request_timeout)
+            timeout = self.request_timeout + extra_timeout_ms / 1000.0
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
         except TimeoutError:
             self.close(BrokerConnectionError(f"request to {self.address} timed out"))
             raise

@@ -159,6 +159,11 @@ class KafkaClient:
             future.set_exception(error)
             future.exception()  # retrieved: waiters get it through await
             raise error from exc
+        except asyncio.CancelledError:
+            conn.close()
+            future.set_exception(BrokerConnectionError(f"connect to {host}:{port} cancelled"))
+            future.exception()
+            raise
         finally:
             self._connecting.pop(key, None)
         self._states.pop(key, None)
@@ -225,8 +230,18 @@ class KafkaClient:
             self._states.pop(key, None)
 
     # requests ------------------------------------------------------------------------
-    async def request(self, node_id: int | None, api_key: int, build: Callable[[int], Any]) -> Any:
-        """Send ``build(version)`` to ``node_id`` (None: the least loaded broker)."""
+    async def request(
+        self,
+        node_id: int | None,
+        api_key: int,
+        build: Callable[[int], Any],
+        extra_timeout_ms: int = 0,
+    ) -> Any:
+        """Send ``build(version)`` to ``node_id`` (None: the least loaded broker).
+
+        ``extra_timeout_ms`` lengthens this request's timeout beyond ``request.timeout.ms``
+        (a Fetch adds its ``max_wait_ms``, as Kafka's consumer does).
+        """
         self._close_idle()
         if node_id is None:
             _, conn = await self.least_loaded_connection()
@@ -236,7 +251,7 @@ class KafkaClient:
             if node_id not in self.cluster.brokers:
                 raise NoBrokersAvailable(f"broker {node_id} is not in the cluster metadata")
             conn = await self.connection(node_id)
-        response = await conn.request(api_key, build)
+        response = await conn.request(api_key, build, extra_timeout_ms)
         if getattr(response, "error_code", None) == ErrorCode.rebootstrap_required:
             if self.config.metadata_recovery_strategy == "rebootstrap":
                 self.rebootstrap(f"{conn.address} answered REBOOTSTRAP_REQUIRED")

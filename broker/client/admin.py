@@ -1,0 +1,865 @@
+"""Admin: topic, cluster, offset, config, SCRAM and ACL administration over KafkaClient.
+
+Requests Kafka's AdminClient sends to the controller (CreateTopics, DeleteTopics,
+CreatePartitions) go to ``client.cluster.controller_id`` when it is known, else to the least
+loaded broker; a NOT_CONTROLLER answer refreshes metadata and retries those topics. Config
+requests about one broker go to that broker. Everything else goes to any broker.
+
+Results are per item: ``None`` for success, or a :class:`protocol.errors.KafkaError` carrying
+the broker's code and message. A broker that does not serve an API at all makes the call
+raise :class:`broker.client.connection.UnsupportedApi` naming the API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import hashlib
+import secrets
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, TypeVar
+
+from broker.client.connection import UnsupportedApi
+from broker.client.consumer import list_offsets as _list_offsets
+from broker.client.kafka_client import BrokerNode, KafkaClient
+from protocol import api
+from protocol.errors import ErrorCode, KafkaError
+
+T = TypeVar("T")
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DESCRIBE_ACLS = 29
+CREATE_ACLS = 30
+DELETE_ACLS = 31
+DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
+CREATE_PARTITIONS = 37
+INCREMENTAL_ALTER_CONFIGS = 44
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+ALTER_USER_SCRAM_CREDENTIALS = 51
+DESCRIBE_CLUSTER = 60
+
+EARLIEST = -2
+"""``list_offsets`` timestamp: the log start offset."""
+LATEST = -1
+"""``list_offsets`` timestamp: the high watermark."""
+MAX_TIMESTAMP = -3
+"""``list_offsets`` timestamp: the record with the largest timestamp."""
+
+_CONTROLLER_ATTEMPTS = 3
+
+
+# values ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NewTopic:
+    """A topic to create; -1 takes the broker's default."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str] = field(default_factory=dict)
+    assignments: Mapping[int, Sequence[int]] | None = None
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    """What DescribeCluster answered."""
+
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[BrokerNode, ...]
+
+
+class ConfigResourceType(IntEnum):
+    UNKNOWN = 0
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+
+
+class ConfigSource(IntEnum):
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
+
+
+class OpType(IntEnum):
+    """IncrementalAlterConfigs operations."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(frozen=True)
+class ConfigResource:
+    """A topic (``TOPIC``, name) or a broker (``BROKER``, its id; "" for the cluster
+    default)."""
+
+    type: ConfigResourceType
+    name: str
+
+
+@dataclass(frozen=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: int
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One config of a resource as DescribeConfigs answered it."""
+
+    name: str
+    value: str | None
+    source: int
+    read_only: bool
+    is_sensitive: bool
+    synonyms: tuple[ConfigSynonym, ...] = ()
+    config_type: int = 0
+    documentation: str | None = None
+
+
+@dataclass(frozen=True)
+class ResourceConfig:
+    """The configs of one resource, or the error that prevented describing it."""
+
+    error: KafkaError | None
+    entries: Mapping[str, ConfigEntry]
+
+
+@dataclass(frozen=True)
+class AlterConfigOp:
+    """One IncrementalAlterConfigs change (``value`` is ignored for DELETE)."""
+
+    name: str
+    value: str | None = None
+    op: OpType = OpType.SET
+
+
+class ScramMechanism(IntEnum):
+    UNKNOWN = 0
+    SCRAM_SHA_256 = 1
+    SCRAM_SHA_512 = 2
+
+
+_SCRAM_HASHES = {ScramMechanism.SCRAM_SHA_256: "sha256", ScramMechanism.SCRAM_SHA_512: "sha512"}
+
+
+@dataclass(frozen=True)
+class ScramCredentialInfo:
+    mechanism: ScramMechanism
+    iterations: int
+
+
+@dataclass(frozen=True)
+class UserScramCredentials:
+    """The SCRAM credentials of one user, or the error describing them."""
+
+    error: KafkaError | None
+    credentials: tuple[ScramCredentialInfo, ...]
+
+
+@dataclass(frozen=True)
+class ScramUpsertion:
+    """Create or replace ``user``'s credential for ``mechanism``; the password is salted and
+    hashed here (SCRAM's Hi(), PBKDF2-HMAC) and never sent."""
+
+    user: str
+    mechanism: ScramMechanism
+    password: bytes | str
+    iterations: int = 4096
+    salt: bytes | None = None
+
+    def salted_password(self, salt: bytes) -> bytes:
+        hash_name = _SCRAM_HASHES.get(ScramMechanism(self.mechanism))
+        if hash_name is None:
+            raise ValueError(f"{self.user}: unknown SCRAM mechanism {self.mechanism!r}")
+        password = (
+            self.password.encode("utf-8") if isinstance(self.password, str) else self.password
+        )
+        return hashlib.pbkdf2_hmac(hash_name, password, salt, self.iterations)
+
+
+@dataclass(frozen=True)
+class ScramDeletion:
+    """Remove ``user``'s credential for ``mechanism``."""
+
+    user: str
+    mechanism: ScramMechanism
+
+
+class AclResourceType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
+
+
+class PatternType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    MATCH = 2
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class AclOperation(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+    CREATE_TOKENS = 13
+    DESCRIBE_TOKENS = 14
+
+
+class AclPermissionType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    DENY = 2
+    ALLOW = 3
+
+
+@dataclass(frozen=True)
+class AclBinding:
+    """One ACL: ``principal`` from ``host`` may (ALLOW) or may not (DENY) ``operation``
+    on the resources the pattern matches."""
+
+    resource_type: AclResourceType
+    resource_name: str
+    pattern_type: PatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission_type: AclPermissionType
+
+
+@dataclass(frozen=True)
+class AclBindingFilter:
+    """Matches ACLs; None and ANY match everything."""
+
+    resource_type: AclResourceType = AclResourceType.ANY
+    resource_name: str | None = None
+    pattern_type: PatternType = PatternType.ANY
+    principal: str | None = None
+    host: str | None = None
+    operation: AclOperation = AclOperation.ANY
+    permission_type: AclPermissionType = AclPermissionType.ANY
+
+
+@dataclass(frozen=True)
+class DeleteAclsResult:
+    """What one filter deleted, each ACL with its own error, or the filter's error."""
+
+    error: KafkaError | None
+    matches: tuple[tuple[AclBinding, KafkaError | None], ...]
+
+
+def _error(code: ErrorCode, message: str | None = None) -> KafkaError | None:
+    return None if code == ErrorCode.none else KafkaError(code, message)
+
+
+def _api_title(api_key: int) -> str:
+    name = api.API_NAMES.get(api_key, str(api_key))
+    return "".join(word.title() for word in name.split("_"))
+
+
+# the client --------------------------------------------------------------------------------
+class Admin:
+    """Administration calls over a (shared, started) KafkaClient."""
+
+    def __init__(self, client: KafkaClient, *, retry_backoff_ms: int = 100) -> None:
+        self.client = client
+        self.retry_backoff_ms = retry_backoff_ms
+
+    # plumbing ------------------------------------------------------------------------
+    async def _request(
+        self, node: int | None, api_key: int, build: Callable[[int], Any], what: str
+    ) -> Any:
+        try:
+            return await self.client.request(node, api_key, build)
+        except UnsupportedApi as exc:
+            raise UnsupportedApi(
+                f"Admin.{what} needs the {_api_title(api_key)} API (key {api_key}), "
+                f"which the broker does not serve: {exc}"
+            ) from exc
+
+    def _timeout(self) -> datetime.timedelta:
+        return datetime.timedelta(milliseconds=self.client.config.request_timeout_ms)
+
+    async def _controller(self) -> int | None:
+        """The controller's id when metadata names a live one, else None (any broker)."""
+        cluster = self.client.cluster
+        if not cluster.brokers:
+            cluster = await self.client.refresh_metadata()
+        controller = cluster.controller_id
+        return controller if controller >= 0 and controller in cluster.brokers else None
+
+    async def _to_controller(
+        self,
+        names: Sequence[str],
+        send: Callable[[list[str], int | None], Awaitable[dict[str, KafkaError | None]]],
+    ) -> dict[str, KafkaError | None]:
+        """Run ``send`` for ``names`` against the controller; topics answered NOT_CONTROLLER
+        are sent again after a metadata refresh."""
+        results: dict[str, KafkaError | None] = {}
+        pending = list(dict.fromkeys(names))
+        for attempt in range(_CONTROLLER_ATTEMPTS):
+            answered = await send(pending, await self._controller())
+            results.update(answered)
+            pending = [
+                n
+                for n, e in answered.items()
+                if e is not None and e.code == ErrorCode.not_controller
+            ]
+            if not pending or attempt == _CONTROLLER_ATTEMPTS - 1:
+                break
+            await asyncio.sleep(self.retry_backoff_ms / 1000.0)
+            await self.client.refresh_metadata()
+        return results
+
+    # topics --------------------------------------------------------------------------
+    async def create_topics(
+        self, topics: Iterable[NewTopic], validate_only: bool = False
+    ) -> dict[str, KafkaError | None]:
+        """Create ``topics``; name -> None when created (or valid, with ``validate_only``)."""
+        by_name = {t.name: t for t in topics}
+
+        async def send(names: list[str], node: int | None) -> dict[str, KafkaError | None]:
+            def build(version: int) -> Any:
+                module = api.request_module(CREATE_TOPICS, version)
+                return api.make(
+                    api.request_class(CREATE_TOPICS, version),
+                    topics=tuple(
+                        api.make(
+                            module.CreatableTopic,
+                            name=t.name,
+                            num_partitions=t.num_partitions if not t.assignments else -1,
+                            replication_factor=t.replication_factor if not t.assignments else -1,
+                            assignments=tuple(
+                                api.make(
+                                    module.CreatableReplicaAssignment,
+                                    partition_index=p,
+                                    broker_ids=tuple(replicas),
+                                )
+                                for p, replicas in sorted((t.assignments or {}).items())
+                            ),
+                            configs=tuple(
+                                api.make(module.CreatableTopicConfig, name=k, value=v)
+                                for k, v in t.configs.items()
+                            ),
+                        )
+                        for t in (by_name[n] for n in names)
+                    ),
+                    timeout=self._timeout(),
+                    validate_only=validate_only,
+                )
+
+            response = await self._request(node, CREATE_TOPICS, build, "create_topics")
+            return {
+                r.name: _error(r.error_code, r.error_message)
+                for r in response.topics
+                if r.name in by_name
+            }
+
+        return await self._to_controller(list(by_name), send)
+
+    async def delete_topics(self, names: Iterable[str]) -> dict[str, KafkaError | None]:
+        """Delete topics by name; name -> None when deleted."""
+
+        async def send(wanted: list[str], node: int | None) -> dict[str, KafkaError | None]:
+            def build(version: int) -> Any:
+                module = api.request_module(DELETE_TOPICS, version)
+                return api.make(
+                    api.request_class(DELETE_TOPICS, version),
+                    topic_names=tuple(wanted),
+                    topics=tuple(
+                        api.make(module.DeleteTopicState, name=n, topic_id=None) for n in wanted
+                    ),
+                    timeout=self._timeout(),
+                )
+
+            response = await self._request(node, DELETE_TOPICS, build, "delete_topics")
+            return {
+                r.name: _error(r.error_code, getattr(r, "error_message", None))
+                for r in response.responses
+                if r.name in wanted
+            }
+
+        return await self._to_controller(list(names), send)
+
+    async def create_partitions(
+        self,
+        counts: Mapping[str, int],
+        validate_only: bool = False,
+        assignments: Mapping[str, Sequence[Sequence[int]]] | None = None,
+    ) -> dict[str, KafkaError | None]:
+        """Grow each topic to ``counts[topic]`` partitions; name -> None when done.
+
+        ``assignments`` optionally gives the replicas of each new partition."""
+        chosen = dict(assignments or {})
+
+        async def send(names: list[str], node: int | None) -> dict[str, KafkaError | None]:
+            def build(version: int) -> Any:
+                module = api.request_module(CREATE_PARTITIONS, version)
+                return api.make(
+                    api.request_class(CREATE_PARTITIONS, version),
+                    topics=tuple(
+                        api.make(
+                            module.CreatePartitionsTopic,
+                            name=n,
+                            count=counts[n],
+                            assignments=tuple(
+                                api.make(module.CreatePartitionsAssignment, broker_ids=tuple(r))
+                                for r in chosen[n]
+                            )
+                            if n in chosen
+                            else None,
+                        )
+                        for n in names
+                    ),
+                    timeout=self._timeout(),
+                    validate_only=validate_only,
+                )
+
+            response = await self._request(node, CREATE_PARTITIONS, build, "create_partitions")
+            return {
+                r.name: _error(r.error_code, r.error_message)
+                for r in response.results
+                if r.name in counts
+            }
+
+        return await self._to_controller(list(counts), send)
+
+    # cluster -------------------------------------------------------------------------
+    async def describe_cluster(self) -> ClusterDescription:
+        """Cluster id, controller and brokers, as DescribeCluster answers them."""
+
+        def build(version: int) -> Any:
+            return api.make(
+                api.request_class(DESCRIBE_CLUSTER, version),
+                include_cluster_authorized_operations=False,
+                endpoint_type=1,
+                include_fenced_brokers=False,
+            )
+
+        response = await self._request(None, DESCRIBE_CLUSTER, build, "describe_cluster")
+        if response.error_code != ErrorCode.none:
+            raise KafkaError(response.error_code, response.error_message)
+        brokers = tuple(
+            sorted(
+                (
+                    BrokerNode(int(b.broker_id), b.host, int(b.port), b.rack)
+                    for b in response.brokers
+                ),
+                key=lambda b: b.node_id,
+            )
+        )
+        return ClusterDescription(response.cluster_id, int(response.controller_id), brokers)
+
+    # offsets -------------------------------------------------------------------------
+    async def list_offsets(
+        self, wanted: Mapping[tuple[str, int], int], isolation_level: int = 0
+    ) -> dict[tuple[str, int], tuple[int, int]]:
+        """``{(topic, partition): timestamp}`` -> ``{(topic, partition): (offset, timestamp)}``
+        from each partition's leader. Timestamps: :data:`EARLIEST`, :data:`LATEST`,
+        :data:`MAX_TIMESTAMP` or milliseconds (the first offset at or after it; -1 when
+        there is none). A topic the metadata does not know raises KafkaError
+        (UNKNOWN_TOPIC_OR_PARTITION) at once; other retriable errors are retried until
+        ``request.timeout.ms``; the rest raise KafkaError."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.client.config.request_timeout_ms / 1000.0
+        pending = dict(wanted)
+        found: dict[tuple[str, int], tuple[int, int]] = {}
+        while True:
+            results = await _list_offsets(self.client, pending, isolation_level)
+            retry: dict[tuple[str, int], int] = {}
+            for tp, result in results.items():
+                if result.error == ErrorCode.none:
+                    found[tp] = (result.offset, result.timestamp)
+                elif (
+                    result.error.retriable
+                    and loop.time() < deadline
+                    and tp[0] in self.client.cluster.topics
+                ):
+                    retry[tp] = pending[tp]
+                else:
+                    raise KafkaError(
+                        result.error, f"ListOffsets for {tp[0]}-{tp[1]}: {result.error.name}"
+                    )
+            if not retry:
+                return found
+            pending = retry
+            await asyncio.sleep(self.retry_backoff_ms / 1000.0)
+            await self.client.refresh_metadata(
+                sorted({t for t, _ in pending}), allow_auto_create=False
+            )
+
+    # configs -------------------------------------------------------------------------
+    def _config_node(self, resource: ConfigResource) -> int | None:
+        """Broker resources go to that broker; topics and the cluster default to any."""
+        broker = resource.type in (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER)
+        if not broker or not resource.name:
+            return None
+        try:
+            return int(resource.name)
+        except ValueError:
+            raise ValueError(
+                f"{resource.type.name} resource name {resource.name!r} is not a broker id"
+            ) from None
+
+    async def _per_node(
+        self,
+        resources: Iterable[ConfigResource],
+        send: Callable[[int | None, list[ConfigResource]], Awaitable[dict[ConfigResource, T]]],
+    ) -> dict[ConfigResource, T]:
+        groups: dict[int | None, list[ConfigResource]] = {}
+        for resource in resources:
+            groups.setdefault(self._config_node(resource), []).append(resource)
+        answers = await asyncio.gather(*(send(node, rs) for node, rs in groups.items()))
+        merged: dict[ConfigResource, T] = {}
+        for answer in answers:
+            merged.update(answer)
+        return merged
+
+    async def describe_configs(
+        self,
+        resources: Iterable[ConfigResource],
+        include_synonyms: bool = False,
+        include_documentation: bool = False,
+    ) -> dict[ConfigResource, ResourceConfig]:
+        """Every config of each resource, with its source (and synonyms when asked)."""
+
+        async def send(
+            node: int | None, group: list[ConfigResource]
+        ) -> dict[ConfigResource, ResourceConfig]:
+            def build(version: int) -> Any:
+                module = api.request_module(DESCRIBE_CONFIGS, version)
+                return api.make(
+                    api.request_class(DESCRIBE_CONFIGS, version),
+                    resources=tuple(
+                        api.make(
+                            module.DescribeConfigsResource,
+                            resource_type=int(r.type),
+                            resource_name=r.name,
+                            configuration_keys=None,
+                        )
+                        for r in group
+                    ),
+                    include_synonyms=include_synonyms,
+                    include_documentation=include_documentation,
+                )
+
+            response = await self._request(node, DESCRIBE_CONFIGS, build, "describe_configs")
+            out: dict[ConfigResource, ResourceConfig] = {}
+            for result in response.results:
+                resource = ConfigResource(
+                    ConfigResourceType(int(result.resource_type)), result.resource_name
+                )
+                entries = {
+                    c.name: ConfigEntry(
+                        name=c.name,
+                        value=c.value,
+                        source=int(getattr(c, "config_source", ConfigSource.UNKNOWN)),
+                        read_only=bool(c.read_only),
+                        is_sensitive=bool(c.is_sensitive),
+                        synonyms=tuple(
+                            ConfigSynonym(s.name, s.value, int(s.source))
+                            for s in getattr(c, "synonyms", ())
+                        ),
+                        config_type=int(getattr(c, "config_type", 0)),
+                        documentation=getattr(c, "documentation", None),
+                    )
+                    for c in result.configs
+                }
+                out[resource] = ResourceConfig(
+                    _error(result.error_code, result.error_message), entries
+                )
+            return out
+
+        return await self._per_node(resources, send)
+
+    async def alter_configs(
+        self,
+        configs: Mapping[ConfigResource, Mapping[str, str | None]],
+        validate_only: bool = False,
+    ) -> dict[ConfigResource, KafkaError | None]:
+        """Replace each resource's dynamic configs with ``configs[resource]`` (the legacy
+        AlterConfigs: configs left out return to their defaults)."""
+
+        async def send(
+            node: int | None, group: list[ConfigResource]
+        ) -> dict[ConfigResource, KafkaError | None]:
+            def build(version: int) -> Any:
+                module = api.request_module(ALTER_CONFIGS, version)
+                return api.make(
+                    api.request_class(ALTER_CONFIGS, version),
+                    resources=tuple(
+                        api.make(
+                            module.AlterConfigsResource,
+                            resource_type=int(r.type),
+                            resource_name=r.name,
+                            configs=tuple(
+                                api.make(module.AlterableConfig, name=k, value=v)
+                                for k, v in configs[r].items()
+                            ),
+                        )
+                        for r in group
+                    ),
+                    validate_only=validate_only,
+                )
+
+            response = await self._request(node, ALTER_CONFIGS, build, "alter_configs")
+            return _resource_errors(response.responses)
+
+        return await self._per_node(configs, send)
+
+    async def incremental_alter_configs(
+        self,
+        changes: Mapping[ConfigResource, Iterable[AlterConfigOp]],
+        validate_only: bool = False,
+    ) -> dict[ConfigResource, KafkaError | None]:
+        """Apply SET/DELETE/APPEND/SUBTRACT operations to each resource's configs."""
+        ops = {r: list(c) for r, c in changes.items()}
+
+        async def send(
+            node: int | None, group: list[ConfigResource]
+        ) -> dict[ConfigResource, KafkaError | None]:
+            def build(version: int) -> Any:
+                module = api.request_module(INCREMENTAL_ALTER_CONFIGS, version)
+                return api.make(
+                    api.request_class(INCREMENTAL_ALTER_CONFIGS, version),
+                    resources=tuple(
+                        api.make(
+                            module.AlterConfigsResource,
+                            resource_type=int(r.type),
+                            resource_name=r.name,
+                            configs=tuple(
+                                api.make(
+                                    module.AlterableConfig,
+                                    name=op.name,
+                                    config_operation=int(op.op),
+                                    value=None if op.op == OpType.DELETE else op.value,
+                                )
+                                for op in ops[r]
+                            ),
+                        )
+                        for r in group
+                    ),
+                    validate_only=validate_only,
+                )
+
+            response = await self._request(
+                node, INCREMENTAL_ALTER_CONFIGS, build, "incremental_alter_configs"
+            )
+            return _resource_errors(response.responses)
+
+        return await self._per_node(ops, send)
+
+    # SCRAM ---------------------------------------------------------------------------
+    async def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None
+    ) -> dict[str, UserScramCredentials]:
+        """The SCRAM mechanisms and iterations of ``users`` (None: every user)."""
+        names = None if users is None else list(users)
+
+        def build(version: int) -> Any:
+            module = api.request_module(DESCRIBE_USER_SCRAM_CREDENTIALS, version)
+            return api.make(
+                api.request_class(DESCRIBE_USER_SCRAM_CREDENTIALS, version),
+                users=None
+                if names is None
+                else tuple(api.make(module.UserName, name=n) for n in names),
+            )
+
+        response = await self._request(
+            None, DESCRIBE_USER_SCRAM_CREDENTIALS, build, "describe_user_scram_credentials"
+        )
+        if response.error_code != ErrorCode.none:
+            raise KafkaError(response.error_code, response.error_message)
+        return {
+            r.user: UserScramCredentials(
+                _error(r.error_code, r.error_message),
+                tuple(
+                    ScramCredentialInfo(ScramMechanism(int(c.mechanism)), int(c.iterations))
+                    for c in r.credential_infos
+                ),
+            )
+            for r in response.results
+        }
+
+    async def alter_user_scram_credentials(
+        self, alterations: Iterable[ScramUpsertion | ScramDeletion]
+    ) -> dict[str, KafkaError | None]:
+        """Upsert or delete SCRAM credentials; user -> None when every change to it held."""
+        changes = list(alterations)
+        upsertions = []
+        for change in changes:
+            if isinstance(change, ScramUpsertion):
+                salt = change.salt if change.salt is not None else secrets.token_bytes(32)
+                upsertions.append((change, salt, change.salted_password(salt)))
+
+        def build(version: int) -> Any:
+            module = api.request_module(ALTER_USER_SCRAM_CREDENTIALS, version)
+            return api.make(
+                api.request_class(ALTER_USER_SCRAM_CREDENTIALS, version),
+                deletions=tuple(
+                    api.make(
+                        module.ScramCredentialDeletion, name=c.user, mechanism=int(c.mechanism)
+                    )
+                    for c in changes
+                    if isinstance(c, ScramDeletion)
+                ),
+                upsertions=tuple(
+                    api.make(
+                        module.ScramCredentialUpsertion,
+                        name=c.user,
+                        mechanism=int(c.mechanism),
+                        iterations=c.iterations,
+                        salt=salt,
+                        salted_password=salted,
+                    )
+                    for c, salt, salted in upsertions
+                ),
+            )
+
+        response = await self._request(
+            None, ALTER_USER_SCRAM_CREDENTIALS, build, "alter_user_scram_credentials"
+        )
+        results: dict[str, KafkaError | None] = {}
+        for r in response.results:
+            error = _error(r.error_code, r.error_message)
+            results[r.user] = results.get(r.user) or error
+        return results
+
+    # ACLs ----------------------------------------------------------------------------
+    async def create_acls(self, bindings: Iterable[AclBinding]) -> list[KafkaError | None]:
+        """Create ``bindings``; one result per binding, in order."""
+        wanted = list(bindings)
+
+        def build(version: int) -> Any:
+            module = api.request_module(CREATE_ACLS, version)
+            return api.make(
+                api.request_class(CREATE_ACLS, version),
+                creations=tuple(
+                    api.make(
+                        module.AclCreation,
+                        resource_type=int(b.resource_type),
+                        resource_name=b.resource_name,
+                        resource_pattern_type=int(b.pattern_type),
+                        principal=b.principal,
+                        host=b.host,
+                        operation=int(b.operation),
+                        permission_type=int(b.permission_type),
+                    )
+                    for b in wanted
+                ),
+            )
+
+        response = await self._request(None, CREATE_ACLS, build, "create_acls")
+        return [_error(r.error_code, r.error_message) for r in response.results]
+
+    async def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        """The ACLs ``acl_filter`` matches (every ACL by default)."""
+        f = acl_filter or AclBindingFilter()
+
+        def build(version: int) -> Any:
+            return api.make(api.request_class(DESCRIBE_ACLS, version), **_filter_fields(f))
+
+        response = await self._request(None, DESCRIBE_ACLS, build, "describe_acls")
+        if response.error_code != ErrorCode.none:
+            raise KafkaError(response.error_code, response.error_message)
+        return [
+            AclBinding(
+                AclResourceType(int(resource.resource_type)),
+                resource.resource_name,
+                PatternType(int(getattr(resource, "pattern_type", PatternType.LITERAL))),
+                acl.principal,
+                acl.host,
+                AclOperation(int(acl.operation)),
+                AclPermissionType(int(acl.permission_type)),
+            )
+            for resource in response.resources
+            for acl in resource.acls
+        ]
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[DeleteAclsResult]:
+        """Delete the ACLs each filter matches; one result per filter, in order."""
+        wanted = list(filters)
+
+        def build(version: int) -> Any:
+            module = api.request_module(DELETE_ACLS, version)
+            return api.make(
+                api.request_class(DELETE_ACLS, version),
+                filters=tuple(
+                    api.make(module.DeleteAclsFilter, **_filter_fields(f)) for f in wanted
+                ),
+            )
+
+        response = await self._request(None, DELETE_ACLS, build, "delete_acls")
+        return [
+            DeleteAclsResult(
+                _error(r.error_code, r.error_message),
+                tuple(
+                    (
+                        AclBinding(
+                            AclResourceType(int(m.resource_type)),
+                            m.resource_name,
+                            PatternType(int(getattr(m, "pattern_type", PatternType.LITERAL))),
+                            m.principal,
+                            m.host,
+                            AclOperation(int(m.operation)),
+                            AclPermissionType(int(m.permission_type)),
+                        ),
+                        _error(m.error_code, m.error_message),
+                    )
+                    for m in r.matching_acls
+                ),
+            )
+            for r in response.filter_results
+        ]
+
+
+def _filter_fields(f: AclBindingFilter) -> dict[str, Any]:
+    return {
+        "resource_type_filter": int(f.resource_type),
+        "resource_name_filter": f.resource_name,
+        "pattern_type_filter": int(f.pattern_type),
+        "principal_filter": f.principal,
+        "host_filter": f.host,
+        "operation": int(f.operation),
+        "permission_type": int(f.permission_type),
+    }
+
+
+def _resource_errors(responses: Iterable[Any]) -> dict[ConfigResource, KafkaError | None]:
+    return {
+        ConfigResource(ConfigResourceType(int(r.resource_type)), r.resource_name): _error(
+            r.error_code, r.error_message
+        )
+        for r in responses
+    }
