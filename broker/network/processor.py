@@ -43,6 +43,7 @@ class KafkaConnection(asyncio.Protocol):
         self.in_flight: Request | None = None
         self.last_active = time.monotonic()
         self.closing = False
+        self.peer_closed = False
         self._reading_paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -67,33 +68,45 @@ class KafkaConnection(asyncio.Protocol):
         self.dispatch()
         self.processor.busy_ns += time.monotonic_ns() - started
 
+    def eof_received(self) -> bool:
+        """The client closed its side: requests it already sent are still processed (an
+        acks=0 Produce is never dropped), then the connection closes."""
+        self.peer_closed = True
+        return self.in_flight is not None or bool(self.pending)
+
     def dispatch(self) -> None:
-        """Send the next pending frame to the RequestChannel unless one is in flight."""
-        if self.in_flight is not None or self.closing or self.processor.draining:
+        """Send the next pending frame to the RequestChannel unless one is in flight;
+        stop reading while complete frames wait, so a pipelining client is held back."""
+        if self.closing or self.processor.draining:
             return
-        if not self.pending:
-            if self._reading_paused and self.transport is not None:
-                self._reading_paused = False
-                self.transport.resume_reading()
+        if self.in_flight is None and self.pending:
+            request = self.processor.build_request(self, self.pending.popleft())
+            if request is None:
+                self.close()
+                return
+            self.in_flight = request
+            self.processor.channel.send_request(request)
+        self._pace_reading()
+        if self.peer_closed and self.in_flight is None and not self.pending:
+            self._finish()
+
+    def _pace_reading(self) -> None:
+        if self.transport is None:
             return
-        frame = self.pending.popleft()
-        request = self.processor.build_request(self, frame)
-        if request is None:
-            self.close()
-            return
-        self.in_flight = request
-        if self.pending and not self._reading_paused and self.transport is not None:
+        if self.pending and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
-        self.processor.channel.send_request(request)
+        elif not self.pending and self._reading_paused:
+            self._reading_paused = False
+            self.transport.resume_reading()
 
     def send(self, response: Response) -> None:
         """Write a response for the in-flight request, then unmute."""
-        if response.request is not self.in_flight or self.transport is None:
+        if response.request is not self.in_flight:
             return
         request = response.request
         request.response_dequeue_ns = time.monotonic_ns()
-        if response.pieces:
+        if response.pieces and self.transport is not None and not self.closing:
             self.transport.writelines(response.pieces)
         self.processor.observe(request)
         self.last_active = time.monotonic()
@@ -106,13 +119,21 @@ class KafkaConnection(asyncio.Protocol):
     def close(self) -> None:
         """Close the connection (pending bytes already written are flushed first)."""
         self.closing = True
+        self.pending.clear()
+        self._finish()
+
+    def _finish(self) -> None:
         if self.transport is not None:
             self.transport.close()
+        else:
+            self.processor.forget(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
-        self.pending.clear()
-        self.processor.forget(self)
+        self.transport = None
+        self.peer_closed = True
+        if self.closing or (self.in_flight is None and not self.pending):
+            self.pending.clear()
+            self.processor.forget(self)
 
 
 class Processor:

@@ -9,15 +9,19 @@ producer.
 from __future__ import annotations
 
 import datetime
+import socket
 from collections.abc import Sequence
 
 from confluent_kafka import Producer
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 
+from broker.log.partition import TopicPartition
 from broker.testing.plugin import RunningBroker
 from broker.testing.wire import WireClient
+from protocol import api
 from protocol.errors import ErrorCode
+from protocol.framing import encode_request_frame
 from protocol.records import Record, build_batch, iter_all_records
 from tests.integration.helpers import (
     fetch_partition,
@@ -303,3 +307,26 @@ def test_acks_0_with_an_error_closes_the_connection(broker: RunningBroker) -> No
         assert client.is_closed_by_peer()
     with broker.wire() as client:  # the broker still serves, and stored nothing
         assert fetch_all(client, "acks0-crc") == []
+
+
+def test_acks0_requests_sent_before_the_client_closes_are_all_stored(
+    broker: RunningBroker,
+) -> None:
+    """Pipelined acks=0 Produce requests followed at once by a close: every one is
+    processed (Kafka handles what it already received), none is dropped."""
+    broker.create_topic("acks0-close")
+    count = 300
+    frames = []
+    for i in range(count):
+        batch = build_batch([Record(key=None, value=b"v%d" % i)])
+        request = produce_request("acks0-close", batch, acks=0)
+        frames.append(
+            encode_request_frame(0, int(request.__version__), i + 1, "t", api.encode(request))
+        )
+    with WireClient(*broker.address()) as client:
+        for frame in frames:  # one write each: later ones arrive while one is in flight
+            client.sock.sendall(frame)
+        client.sock.shutdown(socket.SHUT_WR)
+        assert client.is_closed_by_peer(timeout=10)
+    partition = broker.server.log_manager.get(TopicPartition("acks0-close", 0))
+    assert partition is not None and partition.log.log_end_offset == count
