@@ -491,18 +491,44 @@ def _write_nullable_bytes(out: bytearray, data: bytes | None) -> None:
         out += data
 
 
+def _zigzag_bytes(value: int) -> bytes:
+    """A signed 64-bit ``value`` as a zigzag varint."""
+    out = bytearray()
+    _write_varlong(out, value)
+    return bytes(out)
+
+
+_SMALL_ZIGZAG = [_zigzag_bytes(v) for v in range(-1, 16384)]
+
+
+def _zigzag(value: int) -> bytes:
+    """Zigzag varint bytes; values from -1 to 16383 come from a table (the common sizes)."""
+    if -1 <= value < 16383:
+        return _SMALL_ZIGZAG[value + 1]
+    return _zigzag_bytes(value)
+
+
+def _length_prefixed(data: bytes | None) -> tuple[bytes, ...]:
+    return (_SMALL_ZIGZAG[0],) if data is None else (_zigzag(len(data)), data)
+
+
 def _encode_record(out: bytearray, record: Record, offset_delta: int, timestamp_delta: int) -> None:
-    """Append one length-prefixed record to ``out``."""
-    body = bytearray(b"\x00")  # record attributes: unused, always 0
-    _write_varlong(body, timestamp_delta)
-    _write_varint(body, offset_delta)
-    _write_nullable_bytes(body, record.key)
-    _write_nullable_bytes(body, record.value)
-    _write_varint(body, len(record.headers))
+    """Append one length-prefixed record to ``out`` (attributes byte always 0)."""
+    parts = [
+        b"\x00",
+        _zigzag(timestamp_delta),
+        _zigzag(offset_delta),
+        *_length_prefixed(record.key),
+        *_length_prefixed(record.value),
+        _zigzag(len(record.headers)),
+    ]
     for header_key, header_value in record.headers:
-        _write_nullable_bytes(body, header_key.encode("utf-8"))
-        _write_nullable_bytes(body, header_value)
-    _write_varint(out, len(body))
+        parts += _length_prefixed(header_key.encode("utf-8"))
+        parts += _length_prefixed(header_value)
+    body = b"".join(parts)
+    if len(body) > _INT32_MAX:
+        raise ValueError(f"record of {len(body)} bytes does not fit a batch")
+    out += _zigzag(len(body))
     out += body
 
 
