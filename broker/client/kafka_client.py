@@ -200,9 +200,10 @@ class KafkaClient:
                 if self.config.metadata_recovery_strategy == "rebootstrap":
                     self.rebootstrap("none of the known brokers is available")
                     continue
+                known = ", ".join("{}:{}".format(*self._address(k)) for k in candidates)
                 raise NoBrokersAvailable(
-                    "none of the known brokers is available and metadata.recovery.strategy="
-                    f"none: tried {', '.join(sorted(set(tried))) or 'nothing'}"
+                    f"none of the known brokers ({known}) is available and "
+                    "metadata.recovery.strategy=none"
                 )
             if time.monotonic() >= deadline:
                 raise NoBrokersAvailable(

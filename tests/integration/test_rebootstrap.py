@@ -12,7 +12,9 @@ import pytest
 from confluent_kafka import Producer as ConfluentProducer
 
 from broker.client.config import ClientConfig
+from broker.client.consumer import Consumer
 from broker.client.kafka_client import KafkaClient, NoBrokersAvailable, RebootstrapRequired
+from broker.client.producer import Producer
 from broker.testing.plugin import RunningBroker, free_port
 from protocol import api
 from protocol.errors import ErrorCode
@@ -214,3 +216,67 @@ async def test_rebootstrap_required_from_a_broker() -> None:
     finally:
         await client.close()
         fake.close()
+
+
+async def test_producer_and_fetcher_carry_on_through_broker2(broker_factory) -> None:
+    """The KIP's two test cases with kplane's Producer and Consumer: both keep working
+    after broker1 stops and broker2 starts, through a rebootstrap."""
+    broker1, start_broker2, bootstrap = _pair(broker_factory)
+    client = _client(bootstrap, "rebootstrap", **{"retries": "10", "retry.backoff.ms": "100"})
+    await client.start()
+    producer = Producer.from_config(client)
+    consumer = Consumer(client, fetch_max_wait_ms=100)
+    try:
+        first = await producer.send_and_wait("kip-899-clients", b"before")
+        consumer.assign([("kip-899-clients", 0)])
+        await consumer.seek_to_beginning()
+        assert [r.value for r in await _poll_values(consumer, 1)] == [b"before"]
+        assert first.offset == 0
+
+        broker1.stop()
+        broker2 = start_broker2()
+        second = await producer.send_and_wait("kip-899-clients", b"after-0")
+        assert second.offset == 0  # broker2 is another single-broker cluster: a fresh log
+        assert (await producer.send_and_wait("kip-899-clients", b"after-1")).offset == 1
+        assert client.rebootstraps >= 1
+        got = await _poll_values(consumer, 1)  # the fetcher goes on from its position, 1
+        assert [(r.offset, r.value) for r in got] == [(1, b"after-1")]
+        assert broker2.server.cache.topic("kip-899-clients") is not None
+    finally:
+        await producer.close()
+        await consumer.close()
+        await client.close()
+
+
+async def test_producer_and_fetcher_fail_clearly_with_none(broker_factory) -> None:
+    broker1, start_broker2, bootstrap = _pair(broker_factory)
+    client = _client(bootstrap, "none", **{"retries": "10", "retry.backoff.ms": "100"})
+    await client.start()
+    producer = Producer.from_config(client)
+    consumer = Consumer(client, fetch_max_wait_ms=100)
+    try:
+        await producer.send_and_wait("kip-899-none", b"before")
+        consumer.assign([("kip-899-none", 0)])
+        await consumer.seek_to_beginning()
+        await _poll_values(consumer, 1)
+        broker1.stop()
+        start_broker2()
+        with pytest.raises(NoBrokersAvailable, match=broker1.bootstrap()):
+            await producer.send_and_wait("kip-899-none", b"after")
+        with pytest.raises(NoBrokersAvailable, match=broker1.bootstrap()):
+            for _ in range(50):
+                await consumer.poll(timeout_ms=200)
+        assert client.rebootstraps == 0
+    finally:
+        await producer.close()
+        await consumer.close()
+        await client.close()
+
+
+async def _poll_values(consumer: Consumer, count: int, timeout: float = 30.0) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"only {len(got)} of {count} records"
+        got.extend(await consumer.poll(timeout_ms=500))
+    return got
