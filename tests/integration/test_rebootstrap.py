@@ -154,13 +154,15 @@ async def test_idle_connections_are_closed(broker: RunningBroker) -> None:
         await client.close()
 
 
-class _RebootstrapRequiredBroker:
-    """A wire-level stand-in for a broker that answers Metadata with REBOOTSTRAP_REQUIRED:
-    kplane's broker never sends that code, so this fault cannot be caused for real."""
+class _StandInBroker:
+    """A wire-level stand-in for a broker that answers ApiVersions, then either answers
+    Metadata with REBOOTSTRAP_REQUIRED or never answers it. kplane's broker does neither,
+    so these faults cannot be caused for real."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer_metadata: bool = True) -> None:
         self.server: asyncio.AbstractServer | None = None
         self.metadata_requests = 0
+        self.answer_metadata = answer_metadata
 
     async def start(self) -> str:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -185,6 +187,8 @@ class _RebootstrapRequiredBroker:
                     )
                 else:
                     self.metadata_requests += 1
+                    if not self.answer_metadata:
+                        continue
                     body = api.make(
                         api.response_class(key, version),
                         error_code=ErrorCode.rebootstrap_required,
@@ -205,7 +209,7 @@ class _RebootstrapRequiredBroker:
 
 
 async def test_rebootstrap_required_from_a_broker() -> None:
-    fake = _RebootstrapRequiredBroker()
+    fake = _StandInBroker()
     bootstrap = await fake.start()
     client = _client(bootstrap, "rebootstrap")
     try:
@@ -280,3 +284,25 @@ async def _poll_values(consumer: Consumer, count: int, timeout: float = 30.0) ->
         assert time.monotonic() < deadline, f"only {len(got)} of {count} records"
         got.extend(await consumer.poll(timeout_ms=500))
     return got
+
+
+@pytest.mark.parametrize("strategy", ["rebootstrap", "none"])
+async def test_rebootstrap_trigger_when_no_metadata_for_too_long(strategy: str) -> None:
+    """metadata.recovery.rebootstrap.trigger.ms: a broker that connects but never answers
+    Metadata is never "unavailable", yet with rebootstrap the client bootstraps again once
+    no metadata came for that long; with none it does not."""
+    fake = _StandInBroker(answer_metadata=False)
+    bootstrap = await fake.start()
+    client = _client(
+        bootstrap,
+        strategy,
+        **{"request.timeout.ms": "300", "metadata.recovery.rebootstrap.trigger.ms": "0"},
+    )
+    try:
+        with pytest.raises(TimeoutError):
+            await client.refresh_metadata()
+        assert fake.metadata_requests == 1
+        assert client.rebootstraps == (1 if strategy == "rebootstrap" else 0)
+    finally:
+        await client.close()
+        fake.close()
