@@ -283,6 +283,12 @@ def _error(code: ErrorCode, message: str | None = None) -> KafkaError | None:
     return None if code == ErrorCode.none else KafkaError(code, message)
 
 
+def _raise_for(response: Any) -> None:
+    """Raise the top-level error of a response that carries one."""
+    if response.error_code != ErrorCode.none:
+        raise KafkaError(response.error_code, response.error_message)
+
+
 def _api_title(api_key: int) -> str:
     name = api.API_NAMES.get(api_key, str(api_key))
     return "".join(word.title() for word in name.split("_"))
@@ -307,6 +313,22 @@ class Admin:
                 f"Admin.{what} needs the {_api_title(api_key)} API (key {api_key}), "
                 f"which the broker does not serve: {exc}"
             ) from exc
+
+    async def _call(
+        self,
+        node: int | None,
+        api_key: int,
+        what: str,
+        fields: Callable[[Any], Mapping[str, Any]],
+    ) -> Any:
+        """Send ``api_key`` to ``node``; ``fields(module)`` gives the request's values from
+        the request module of the version negotiated."""
+
+        def build(version: int) -> Any:
+            module = api.request_module(api_key, version)
+            return api.make(api.request_class(api_key, version), **fields(module))
+
+        return await self._request(node, api_key, build, what)
 
     def _timeout(self) -> datetime.timedelta:
         return datetime.timedelta(milliseconds=self.client.config.request_timeout_ms)
@@ -342,6 +364,27 @@ class Admin:
             await self.client.refresh_metadata()
         return results
 
+    async def _topics_to_controller(
+        self,
+        api_key: int,
+        what: str,
+        names: Iterable[str],
+        fields: Callable[[Any, list[str]], Mapping[str, Any]],
+        answers: Callable[[Any], Iterable[Any]],
+    ) -> dict[str, KafkaError | None]:
+        """A per-topic controller request: ``fields(module, names)`` builds it for the topics
+        still pending, ``answers(response)`` lists its per-topic results."""
+
+        async def send(wanted: list[str], node: int | None) -> dict[str, KafkaError | None]:
+            response = await self._call(node, api_key, what, lambda m: fields(m, wanted))
+            return {
+                r.name: _error(r.error_code, getattr(r, "error_message", None))
+                for r in answers(response)
+                if r.name in wanted
+            }
+
+        return await self._to_controller(list(names), send)
+
     # topics --------------------------------------------------------------------------
     async def create_topics(
         self, topics: Iterable[NewTopic], validate_only: bool = False
@@ -349,68 +392,52 @@ class Admin:
         """Create ``topics``; name -> None when created (or valid, with ``validate_only``)."""
         by_name = {t.name: t for t in topics}
 
-        async def send(names: list[str], node: int | None) -> dict[str, KafkaError | None]:
-            def build(version: int) -> Any:
-                module = api.request_module(CREATE_TOPICS, version)
-                return api.make(
-                    api.request_class(CREATE_TOPICS, version),
-                    topics=tuple(
-                        api.make(
-                            module.CreatableTopic,
-                            name=t.name,
-                            num_partitions=t.num_partitions if not t.assignments else -1,
-                            replication_factor=t.replication_factor if not t.assignments else -1,
-                            assignments=tuple(
-                                api.make(
-                                    module.CreatableReplicaAssignment,
-                                    partition_index=p,
-                                    broker_ids=tuple(replicas),
-                                )
-                                for p, replicas in sorted((t.assignments or {}).items())
-                            ),
-                            configs=tuple(
-                                api.make(module.CreatableTopicConfig, name=k, value=v)
-                                for k, v in t.configs.items()
-                            ),
-                        )
-                        for t in (by_name[n] for n in names)
-                    ),
-                    timeout=self._timeout(),
-                    validate_only=validate_only,
-                )
+        def fields(module: Any, names: list[str]) -> dict[str, Any]:
+            return dict(
+                topics=tuple(
+                    api.make(
+                        module.CreatableTopic,
+                        name=t.name,
+                        num_partitions=t.num_partitions if not t.assignments else -1,
+                        replication_factor=t.replication_factor if not t.assignments else -1,
+                        assignments=tuple(
+                            api.make(
+                                module.CreatableReplicaAssignment,
+                                partition_index=p,
+                                broker_ids=tuple(replicas),
+                            )
+                            for p, replicas in sorted((t.assignments or {}).items())
+                        ),
+                        configs=tuple(
+                            api.make(module.CreatableTopicConfig, name=k, value=v)
+                            for k, v in t.configs.items()
+                        ),
+                    )
+                    for t in (by_name[n] for n in names)
+                ),
+                timeout=self._timeout(),
+                validate_only=validate_only,
+            )
 
-            response = await self._request(node, CREATE_TOPICS, build, "create_topics")
-            return {
-                r.name: _error(r.error_code, r.error_message)
-                for r in response.topics
-                if r.name in by_name
-            }
-
-        return await self._to_controller(list(by_name), send)
+        return await self._topics_to_controller(
+            CREATE_TOPICS, "create_topics", by_name, fields, lambda r: r.topics
+        )
 
     async def delete_topics(self, names: Iterable[str]) -> dict[str, KafkaError | None]:
         """Delete topics by name; name -> None when deleted."""
 
-        async def send(wanted: list[str], node: int | None) -> dict[str, KafkaError | None]:
-            def build(version: int) -> Any:
-                module = api.request_module(DELETE_TOPICS, version)
-                return api.make(
-                    api.request_class(DELETE_TOPICS, version),
-                    topic_names=tuple(wanted),
-                    topics=tuple(
-                        api.make(module.DeleteTopicState, name=n, topic_id=None) for n in wanted
-                    ),
-                    timeout=self._timeout(),
-                )
+        def fields(module: Any, wanted: list[str]) -> dict[str, Any]:
+            return dict(
+                topic_names=tuple(wanted),
+                topics=tuple(
+                    api.make(module.DeleteTopicState, name=n, topic_id=None) for n in wanted
+                ),
+                timeout=self._timeout(),
+            )
 
-            response = await self._request(node, DELETE_TOPICS, build, "delete_topics")
-            return {
-                r.name: _error(r.error_code, getattr(r, "error_message", None))
-                for r in response.responses
-                if r.name in wanted
-            }
-
-        return await self._to_controller(list(names), send)
+        return await self._topics_to_controller(
+            DELETE_TOPICS, "delete_topics", names, fields, lambda r: r.responses
+        )
 
     async def create_partitions(
         self,
@@ -423,53 +450,45 @@ class Admin:
         ``assignments`` optionally gives the replicas of each new partition."""
         chosen = dict(assignments or {})
 
-        async def send(names: list[str], node: int | None) -> dict[str, KafkaError | None]:
-            def build(version: int) -> Any:
-                module = api.request_module(CREATE_PARTITIONS, version)
-                return api.make(
-                    api.request_class(CREATE_PARTITIONS, version),
-                    topics=tuple(
-                        api.make(
-                            module.CreatePartitionsTopic,
-                            name=n,
-                            count=counts[n],
-                            assignments=tuple(
-                                api.make(module.CreatePartitionsAssignment, broker_ids=tuple(r))
-                                for r in chosen[n]
-                            )
-                            if n in chosen
-                            else None,
+        def fields(module: Any, names: list[str]) -> dict[str, Any]:
+            return dict(
+                topics=tuple(
+                    api.make(
+                        module.CreatePartitionsTopic,
+                        name=n,
+                        count=counts[n],
+                        assignments=tuple(
+                            api.make(module.CreatePartitionsAssignment, broker_ids=tuple(r))
+                            for r in chosen[n]
                         )
-                        for n in names
-                    ),
-                    timeout=self._timeout(),
-                    validate_only=validate_only,
-                )
+                        if n in chosen
+                        else None,
+                    )
+                    for n in names
+                ),
+                timeout=self._timeout(),
+                validate_only=validate_only,
+            )
 
-            response = await self._request(node, CREATE_PARTITIONS, build, "create_partitions")
-            return {
-                r.name: _error(r.error_code, r.error_message)
-                for r in response.results
-                if r.name in counts
-            }
-
-        return await self._to_controller(list(counts), send)
+        return await self._topics_to_controller(
+            CREATE_PARTITIONS, "create_partitions", counts, fields, lambda r: r.results
+        )
 
     # cluster -------------------------------------------------------------------------
     async def describe_cluster(self) -> ClusterDescription:
         """Cluster id, controller and brokers, as DescribeCluster answers them."""
 
-        def build(version: int) -> Any:
-            return api.make(
-                api.request_class(DESCRIBE_CLUSTER, version),
+        response = await self._call(
+            None,
+            DESCRIBE_CLUSTER,
+            "describe_cluster",
+            lambda _: dict(
                 include_cluster_authorized_operations=False,
                 endpoint_type=1,
                 include_fenced_brokers=False,
-            )
-
-        response = await self._request(None, DESCRIBE_CLUSTER, build, "describe_cluster")
-        if response.error_code != ErrorCode.none:
-            raise KafkaError(response.error_code, response.error_message)
+            ),
+        )
+        _raise_for(response)
         brokers = tuple(
             sorted(
                 (
@@ -557,10 +576,8 @@ class Admin:
         async def send(
             node: int | None, group: list[ConfigResource]
         ) -> dict[ConfigResource, ResourceConfig]:
-            def build(version: int) -> Any:
-                module = api.request_module(DESCRIBE_CONFIGS, version)
-                return api.make(
-                    api.request_class(DESCRIBE_CONFIGS, version),
+            def fields(module: Any) -> dict[str, Any]:
+                return dict(
                     resources=tuple(
                         api.make(
                             module.DescribeConfigsResource,
@@ -574,7 +591,7 @@ class Admin:
                     include_documentation=include_documentation,
                 )
 
-            response = await self._request(node, DESCRIBE_CONFIGS, build, "describe_configs")
+            response = await self._call(node, DESCRIBE_CONFIGS, "describe_configs", fields)
             out: dict[ConfigResource, ResourceConfig] = {}
             for result in response.results:
                 resource = ConfigResource(
@@ -603,6 +620,39 @@ class Admin:
 
         return await self._per_node(resources, send)
 
+    async def _alter_configs(
+        self,
+        api_key: int,
+        what: str,
+        resources: Iterable[ConfigResource],
+        validate_only: bool,
+        configs: Callable[[Any, ConfigResource], Iterable[Any]],
+    ) -> dict[ConfigResource, KafkaError | None]:
+        """AlterConfigs or IncrementalAlterConfigs, one request per broker;
+        ``configs(module, resource)`` builds the AlterableConfig entries of a resource."""
+
+        async def send(
+            node: int | None, group: list[ConfigResource]
+        ) -> dict[ConfigResource, KafkaError | None]:
+            def fields(module: Any) -> dict[str, Any]:
+                return dict(
+                    resources=tuple(
+                        api.make(
+                            module.AlterConfigsResource,
+                            resource_type=int(r.type),
+                            resource_name=r.name,
+                            configs=tuple(configs(module, r)),
+                        )
+                        for r in group
+                    ),
+                    validate_only=validate_only,
+                )
+
+            response = await self._call(node, api_key, what, fields)
+            return _resource_errors(response.responses)
+
+        return await self._per_node(resources, send)
+
     async def alter_configs(
         self,
         configs: Mapping[ConfigResource, Mapping[str, str | None]],
@@ -610,33 +660,15 @@ class Admin:
     ) -> dict[ConfigResource, KafkaError | None]:
         """Replace each resource's dynamic configs with ``configs[resource]`` (the legacy
         AlterConfigs: configs left out return to their defaults)."""
-
-        async def send(
-            node: int | None, group: list[ConfigResource]
-        ) -> dict[ConfigResource, KafkaError | None]:
-            def build(version: int) -> Any:
-                module = api.request_module(ALTER_CONFIGS, version)
-                return api.make(
-                    api.request_class(ALTER_CONFIGS, version),
-                    resources=tuple(
-                        api.make(
-                            module.AlterConfigsResource,
-                            resource_type=int(r.type),
-                            resource_name=r.name,
-                            configs=tuple(
-                                api.make(module.AlterableConfig, name=k, value=v)
-                                for k, v in configs[r].items()
-                            ),
-                        )
-                        for r in group
-                    ),
-                    validate_only=validate_only,
-                )
-
-            response = await self._request(node, ALTER_CONFIGS, build, "alter_configs")
-            return _resource_errors(response.responses)
-
-        return await self._per_node(configs, send)
+        return await self._alter_configs(
+            ALTER_CONFIGS,
+            "alter_configs",
+            configs,
+            validate_only,
+            lambda module, r: (
+                api.make(module.AlterableConfig, name=k, value=v) for k, v in configs[r].items()
+            ),
+        )
 
     async def incremental_alter_configs(
         self,
@@ -645,40 +677,21 @@ class Admin:
     ) -> dict[ConfigResource, KafkaError | None]:
         """Apply SET/DELETE/APPEND/SUBTRACT operations to each resource's configs."""
         ops = {r: list(c) for r, c in changes.items()}
-
-        async def send(
-            node: int | None, group: list[ConfigResource]
-        ) -> dict[ConfigResource, KafkaError | None]:
-            def build(version: int) -> Any:
-                module = api.request_module(INCREMENTAL_ALTER_CONFIGS, version)
-                return api.make(
-                    api.request_class(INCREMENTAL_ALTER_CONFIGS, version),
-                    resources=tuple(
-                        api.make(
-                            module.AlterConfigsResource,
-                            resource_type=int(r.type),
-                            resource_name=r.name,
-                            configs=tuple(
-                                api.make(
-                                    module.AlterableConfig,
-                                    name=op.name,
-                                    config_operation=int(op.op),
-                                    value=None if op.op == OpType.DELETE else op.value,
-                                )
-                                for op in ops[r]
-                            ),
-                        )
-                        for r in group
-                    ),
-                    validate_only=validate_only,
+        return await self._alter_configs(
+            INCREMENTAL_ALTER_CONFIGS,
+            "incremental_alter_configs",
+            ops,
+            validate_only,
+            lambda module, r: (
+                api.make(
+                    module.AlterableConfig,
+                    name=op.name,
+                    config_operation=int(op.op),
+                    value=None if op.op == OpType.DELETE else op.value,
                 )
-
-            response = await self._request(
-                node, INCREMENTAL_ALTER_CONFIGS, build, "incremental_alter_configs"
-            )
-            return _resource_errors(response.responses)
-
-        return await self._per_node(ops, send)
+                for op in ops[r]
+            ),
+        )
 
     # SCRAM ---------------------------------------------------------------------------
     async def describe_user_scram_credentials(
@@ -687,20 +700,17 @@ class Admin:
         """The SCRAM mechanisms and iterations of ``users`` (None: every user)."""
         names = None if users is None else list(users)
 
-        def build(version: int) -> Any:
-            module = api.request_module(DESCRIBE_USER_SCRAM_CREDENTIALS, version)
-            return api.make(
-                api.request_class(DESCRIBE_USER_SCRAM_CREDENTIALS, version),
+        response = await self._call(
+            None,
+            DESCRIBE_USER_SCRAM_CREDENTIALS,
+            "describe_user_scram_credentials",
+            lambda module: dict(
                 users=None
                 if names is None
-                else tuple(api.make(module.UserName, name=n) for n in names),
-            )
-
-        response = await self._request(
-            None, DESCRIBE_USER_SCRAM_CREDENTIALS, build, "describe_user_scram_credentials"
+                else tuple(api.make(module.UserName, name=n) for n in names)
+            ),
         )
-        if response.error_code != ErrorCode.none:
-            raise KafkaError(response.error_code, response.error_message)
+        _raise_for(response)
         return {
             r.user: UserScramCredentials(
                 _error(r.error_code, r.error_message),
@@ -723,10 +733,8 @@ class Admin:
                 salt = change.salt if change.salt is not None else secrets.token_bytes(32)
                 upsertions.append((change, salt, change.salted_password(salt)))
 
-        def build(version: int) -> Any:
-            module = api.request_module(ALTER_USER_SCRAM_CREDENTIALS, version)
-            return api.make(
-                api.request_class(ALTER_USER_SCRAM_CREDENTIALS, version),
+        def fields(module: Any) -> dict[str, Any]:
+            return dict(
                 deletions=tuple(
                     api.make(
                         module.ScramCredentialDeletion, name=c.user, mechanism=int(c.mechanism)
@@ -747,8 +755,8 @@ class Admin:
                 ),
             )
 
-        response = await self._request(
-            None, ALTER_USER_SCRAM_CREDENTIALS, build, "alter_user_scram_credentials"
+        response = await self._call(
+            None, ALTER_USER_SCRAM_CREDENTIALS, "alter_user_scram_credentials", fields
         )
         results: dict[str, KafkaError | None] = {}
         for r in response.results:
@@ -761,10 +769,8 @@ class Admin:
         """Create ``bindings``; one result per binding, in order."""
         wanted = list(bindings)
 
-        def build(version: int) -> Any:
-            module = api.request_module(CREATE_ACLS, version)
-            return api.make(
-                api.request_class(CREATE_ACLS, version),
+        def fields(module: Any) -> dict[str, Any]:
+            return dict(
                 creations=tuple(
                     api.make(
                         module.AclCreation,
@@ -780,68 +786,58 @@ class Admin:
                 ),
             )
 
-        response = await self._request(None, CREATE_ACLS, build, "create_acls")
+        response = await self._call(None, CREATE_ACLS, "create_acls", fields)
         return [_error(r.error_code, r.error_message) for r in response.results]
 
     async def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
         """The ACLs ``acl_filter`` matches (every ACL by default)."""
         f = acl_filter or AclBindingFilter()
 
-        def build(version: int) -> Any:
-            return api.make(api.request_class(DESCRIBE_ACLS, version), **_filter_fields(f))
-
-        response = await self._request(None, DESCRIBE_ACLS, build, "describe_acls")
-        if response.error_code != ErrorCode.none:
-            raise KafkaError(response.error_code, response.error_message)
+        response = await self._call(
+            None, DESCRIBE_ACLS, "describe_acls", lambda _: _filter_fields(f)
+        )
+        _raise_for(response)
         return [
-            AclBinding(
-                AclResourceType(int(resource.resource_type)),
-                resource.resource_name,
-                PatternType(int(getattr(resource, "pattern_type", PatternType.LITERAL))),
-                acl.principal,
-                acl.host,
-                AclOperation(int(acl.operation)),
-                AclPermissionType(int(acl.permission_type)),
-            )
-            for resource in response.resources
-            for acl in resource.acls
+            _acl_binding(resource, acl) for resource in response.resources for acl in resource.acls
         ]
 
     async def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[DeleteAclsResult]:
         """Delete the ACLs each filter matches; one result per filter, in order."""
         wanted = list(filters)
 
-        def build(version: int) -> Any:
-            module = api.request_module(DELETE_ACLS, version)
-            return api.make(
-                api.request_class(DELETE_ACLS, version),
+        response = await self._call(
+            None,
+            DELETE_ACLS,
+            "delete_acls",
+            lambda module: dict(
                 filters=tuple(
                     api.make(module.DeleteAclsFilter, **_filter_fields(f)) for f in wanted
-                ),
-            )
-
-        response = await self._request(None, DELETE_ACLS, build, "delete_acls")
+                )
+            ),
+        )
         return [
             DeleteAclsResult(
                 _error(r.error_code, r.error_message),
                 tuple(
-                    (
-                        AclBinding(
-                            AclResourceType(int(m.resource_type)),
-                            m.resource_name,
-                            PatternType(int(getattr(m, "pattern_type", PatternType.LITERAL))),
-                            m.principal,
-                            m.host,
-                            AclOperation(int(m.operation)),
-                            AclPermissionType(int(m.permission_type)),
-                        ),
-                        _error(m.error_code, m.error_message),
-                    )
+                    (_acl_binding(m, m), _error(m.error_code, m.error_message))
                     for m in r.matching_acls
                 ),
             )
             for r in response.filter_results
         ]
+
+
+def _acl_binding(resource: Any, acl: Any) -> AclBinding:
+    """An AclBinding from a response's resource (type, name, pattern) and ACL entry."""
+    return AclBinding(
+        AclResourceType(int(resource.resource_type)),
+        resource.resource_name,
+        PatternType(int(getattr(resource, "pattern_type", PatternType.LITERAL))),
+        acl.principal,
+        acl.host,
+        AclOperation(int(acl.operation)),
+        AclPermissionType(int(acl.permission_type)),
+    )
 
 
 def _filter_fields(f: AclBindingFilter) -> dict[str, Any]:
