@@ -141,6 +141,8 @@ NOT_YET_HONOURED = frozenset(
         "offsets.topic.replication.factor",
         "transactional.id.expiration.ms",
         "producer.id.expiration.ms",
+        "ssl.endpoint.identification.algorithm",
+        "ssl.principal.mapping.rules",
     }
 )
 """Configs that parse and validate but that no component acts on yet (later issues)."""
@@ -220,6 +222,7 @@ H, M, L = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 RO, BROKER, CLUSTER = DynamicScope.READ_ONLY, DynamicScope.PER_BROKER, DynamicScope.CLUSTER_WIDE
 T = ConfigType
 _PROTOCOLS = OneOf(("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"), ignore_case=True)
+_STORE_TYPES = OneOf(("JKS", "PKCS12", "PEM"), ignore_case=True)
 _COMPRESSION = OneOf(("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"))
 _PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 
@@ -334,6 +337,40 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("producer.id.expiration.ms", T.INT, 86400000,
               "A producer id without writes for this long is forgotten.",
               L, CLUSTER, at_least(1)),
+    # TLS (SSL and SASL_SSL listeners); each may be set per listener as
+    # listener.name.<name>.ssl.*
+    ConfigDef("ssl.keystore.type", T.STRING, "JKS",
+              "Format of the key store: PKCS12 or PEM (JKS must be converted with keytool).",
+              M, BROKER, _STORE_TYPES),
+    ConfigDef("ssl.keystore.location", T.STRING, None,
+              "Key store with the broker's certificate chain and private key.", H, BROKER),
+    ConfigDef("ssl.keystore.password", T.PASSWORD, None,
+              "Password of the key store file (PKCS12).", H, BROKER),
+    ConfigDef("ssl.key.password", T.PASSWORD, None,
+              "Password of the private key in the key store (an encrypted PEM key).", H, BROKER),
+    ConfigDef("ssl.truststore.type", T.STRING, "JKS",
+              "Format of the trust store: PKCS12 or PEM.", M, BROKER, _STORE_TYPES),
+    ConfigDef("ssl.truststore.location", T.STRING, None,
+              "Trust store with the CA certificates client certificates must chain to.",
+              H, BROKER),
+    ConfigDef("ssl.truststore.password", T.PASSWORD, None,
+              "Password of the trust store file (PKCS12).", H, BROKER),
+    ConfigDef("ssl.client.auth", T.STRING, "none",
+              "Client certificates: none, requested (verified when sent) or required.",
+              M, BROKER, OneOf(("none", "requested", "required"))),
+    ConfigDef("ssl.enabled.protocols", T.LIST, ["TLSv1.2", "TLSv1.3"],
+              "TLS versions the listener accepts.", M, BROKER),
+    ConfigDef("ssl.protocol", T.STRING, "TLSv1.3",
+              "The TLS protocol of the SSL context (the highest version offered).", M, BROKER,
+              OneOf(("TLSv1.2", "TLSv1.3", "TLS"))),
+    ConfigDef("ssl.cipher.suites", T.LIST, [],
+              "OpenSSL names of the TLS 1.2 cipher suites allowed; empty keeps the defaults.",
+              L, BROKER),
+    ConfigDef("ssl.endpoint.identification.algorithm", T.STRING, "https",
+              "Host name verification of peers when the broker is the TLS client (https or "
+              "empty).", L, BROKER),
+    ConfigDef("ssl.principal.mapping.rules", T.STRING, "DEFAULT",
+              "Rules mapping a client certificate's subject DN to a principal name.", L, RO),
     # kplane
     ConfigDef("kplane.metrics.port", T.INT, -1,
               "Port of the Prometheus HTTP exposition; -1 turns it off, 0 picks a free port.",

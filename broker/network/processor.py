@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -21,11 +22,11 @@ import uvloop
 
 from broker.config.endpoint import EndPoint
 from broker.network.request_channel import Request, RequestChannel, Response
+from broker.network.tls import ANONYMOUS, principal_of
 from protocol.framing import FrameDecoder, FrameTooLarge, InvalidRequestHeader, parse_request_header
 
 log = structlog.get_logger(__name__)
 
-ANONYMOUS = "User:ANONYMOUS"
 RequestObserver = Callable[[Request, int], None]
 IdleObserver = Callable[[int, int], None]
 
@@ -44,10 +45,13 @@ class KafkaConnection(asyncio.Protocol):
         self.last_active = time.monotonic()
         self.closing = False
         self.peer_closed = False
+        self.principal = ANONYMOUS
         self._reading_paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if self.processor.ssl_context is not None:
+            self.principal = principal_of(transport.get_extra_info("ssl_object"))
 
     def data_received(self, data: bytes) -> None:
         started = time.monotonic_ns()
@@ -72,6 +76,8 @@ class KafkaConnection(asyncio.Protocol):
         """The client closed its side: requests it already sent are still processed (an
         acks=0 Produce is never dropped), then the connection closes."""
         self.peer_closed = True
+        if self.processor.ssl_context is not None:
+            return False  # TLS has no half-close: connection_lost finishes the queued requests
         return self.in_flight is not None or bool(self.pending)
 
     def dispatch(self) -> None:
@@ -149,8 +155,10 @@ class Processor:
         is_known_api: Callable[[int], bool],
         on_response_sent: RequestObserver | None = None,
         on_idle: IdleObserver | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.id = processor_id
+        self.ssl_context = ssl_context
         self.endpoint = endpoint
         self.channel = channel
         self.max_request_size = max_request_size
@@ -226,9 +234,16 @@ class Processor:
 
         async def adopt() -> None:
             try:
-                await self.loop.connect_accepted_socket(lambda: conn, sock)
-            except OSError as exc:
-                log.warning("could not adopt connection", connection=connection_id, error=str(exc))
+                await self.loop.connect_accepted_socket(lambda: conn, sock, ssl=self.ssl_context)
+            except (OSError, ssl.SSLError) as exc:
+                log.warning(
+                    "closing connection: TLS handshake failed"
+                    if self.ssl_context is not None
+                    else "could not adopt connection",
+                    connection=connection_id,
+                    listener=self.endpoint.listener_name,
+                    error=str(exc) or type(exc).__name__,
+                )
                 self.forget(conn)
                 sock.close()
 
@@ -266,7 +281,7 @@ class Processor:
             connection_id=conn.connection_id,
             listener_name=self.endpoint.listener_name,
             security_protocol=self.endpoint.security_protocol,
-            principal=ANONYMOUS,
+            principal=conn.principal,
             client_host=conn.peer[0],
             client_port=conn.peer[1],
             header=header,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import structlog
 
@@ -41,7 +42,9 @@ class SocketServer:
         is_known_api: Callable[[int], bool],
         on_response_sent: RequestObserver | None = None,
         idle_observer: Callable[[int, str], IdleObserver] | None = None,
+        ssl_contexts: Mapping[str, ssl.SSLContext] | None = None,
     ) -> None:
+        self._ssl_contexts = dict(ssl_contexts or {})
         self.listeners = listeners
         self.control_plane_listener_name = control_plane_listener_name
         self.config = config
@@ -113,6 +116,7 @@ class SocketServer:
             self._idle_observer(processor_id, endpoint.listener_name)
             if self._idle_observer
             else None,
+            self._ssl_contexts.get(endpoint.listener_name),
         )
 
     def all_processors(self) -> list[Processor]:

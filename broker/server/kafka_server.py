@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import ssl
 import threading
 import time
 import uuid
@@ -11,7 +12,8 @@ from collections.abc import Callable
 
 import structlog
 
-from broker.config.endpoint import EndPoint
+from broker.config.endpoint import EndPoint, SecurityProtocol
+from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
 from broker.controller.controller import KafkaController
 from broker.group.coordinator import GroupConfig, GroupCoordinator
@@ -30,6 +32,7 @@ from broker.metrics import (
 )
 from broker.network.request_channel import CONTROL_PLANE_QUEUE_SIZE, RequestChannel
 from broker.network.socket_server import SocketServer, SocketServerConfig
+from broker.network.tls import server_ssl_context
 from broker.server.admin_manager import AdminManager, TopicDefaults
 from broker.server.api_versions import ApiVersionsApi
 from broker.server.context import ApiFamily
@@ -50,6 +53,22 @@ log = structlog.get_logger(__name__)
 SHUTDOWN_DRAIN_SECONDS = 3.0
 
 
+def tls_contexts(config: KafkaConfig) -> dict[str, ssl.SSLContext]:
+    """An SSLContext per SSL listener; SASL listeners are refused until SASL lands."""
+    contexts = {}
+    for endpoint in config.listeners:
+        protocol = endpoint.security_protocol
+        if protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
+            raise ConfigException(
+                f"listeners: {endpoint.connection_string} uses {protocol.value}, which kplane "
+                "does not serve yet (PLAINTEXT and SSL only)",
+                name="listeners",
+            )
+        if protocol is SecurityProtocol.SSL:
+            contexts[endpoint.listener_name] = server_ssl_context(config, endpoint.listener_name)
+    return contexts
+
+
 class KafkaServer:
     """One broker: start-up in dependency order, shutdown in reverse."""
 
@@ -68,6 +87,7 @@ class KafkaServer:
     def startup(self) -> None:
         """Start every component; raises (and cleans up) when the broker cannot start."""
         config = self.config
+        ssl_contexts = tls_contexts(config)  # before anything starts: a bad keystore stops here
         log_dir = config.log_dirs[0]
         os.makedirs(log_dir, exist_ok=True)
         self.store = self._store or EmbeddedMetadataStore(log_dir)
@@ -126,6 +146,7 @@ class KafkaServer:
             self.apis.is_known_api,
             observer.on_response_sent,
             self._processor_idle_meter,
+            ssl_contexts,
         )
         self.handler_pool = self._handler_pool(
             self.data_channel, int(config.get("num.io.threads")), REQUEST_HANDLER_AVG_IDLE_PERCENT

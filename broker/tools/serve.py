@@ -65,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         server.startup()
+    except ConfigException as exc:
+        log.error("invalid configuration", error=str(exc))
+        return 1
     except OSError as exc:
         log.error("cannot bind listener", error=str(exc))
         return 1

@@ -270,13 +270,18 @@ def test_invalid_listener_prefixed_value_names_the_prefixed_key() -> None:
 
 def test_unknown_listener_prefixed_config_is_logged() -> None:
     with capture_logs() as logs:
-        cfg = config(**{"listener.name.plaintext.ssl.keystore.location": "/ks"})
-    assert cfg.props["listener.name.plaintext.ssl.keystore.location"] == "/ks"
+        cfg = config(**{"listener.name.plaintext.no.such.config": "x"})
+    assert cfg.props["listener.name.plaintext.no.such.config"] == "x"
     assert any(
-        e["event"] == "unknown config"
-        and e["key"] == "listener.name.plaintext.ssl.keystore.location"
+        e["event"] == "unknown config" and e["key"] == "listener.name.plaintext.no.such.config"
         for e in logs
     )
+
+
+def test_listener_prefixed_ssl_config_wins() -> None:
+    cfg = config(**{"listener.name.plaintext.ssl.keystore.location": "/ks"})
+    assert cfg.listener_get("PLAINTEXT", "ssl.keystore.location") == "/ks"
+    assert cfg.get("ssl.keystore.location") is None
 
 
 # --- loading -----------------------------------------------------------------------------

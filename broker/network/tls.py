@@ -1,0 +1,121 @@
+"""TLS for SSL listeners: the server SSLContext of a listener, and client principals.
+
+Every ``ssl.*`` setting is read per listener (``listener.name.<name>.ssl.*`` wins over the
+unprefixed value). Key material is loaded through ``cryptography`` (PKCS12 or PEM), so no
+keytool is needed; JKS is refused with the conversion to run.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import tempfile
+from typing import Any
+
+from cryptography import x509
+
+from broker.config.definitions import Password
+from broker.config.errors import ConfigException
+from broker.config.kafka_config import KafkaConfig
+from broker.security.certs import load_keystore, load_truststore
+
+ANONYMOUS = "User:ANONYMOUS"
+_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+_CLIENT_AUTH = {
+    "none": ssl.CERT_NONE,
+    "requested": ssl.CERT_OPTIONAL,
+    "required": ssl.CERT_REQUIRED,
+}
+
+
+def _secret(value: Any) -> str | None:
+    return value.value if isinstance(value, Password) else value
+
+
+def server_ssl_context(config: KafkaConfig, listener_name: str) -> ssl.SSLContext:
+    """The SSLContext of an SSL listener; ConfigException naming the key when unusable."""
+
+    def get(name: str) -> Any:
+        return config.listener_get(listener_name, name)
+
+    def key(name: str) -> str:
+        return f"listener.name.{listener_name.lower()}.{name} (or {name})"
+
+    location = get("ssl.keystore.location")
+    if not location:
+        raise ConfigException(
+            f"{key('ssl.keystore.location')}: required by the SSL listener {listener_name}",
+            name="ssl.keystore.location",
+        )
+    try:
+        chain_pem, key_pem = load_keystore(
+            location,
+            str(get("ssl.keystore.type")).upper(),
+            _secret(get("ssl.keystore.password")),
+            _secret(get("ssl.key.password")),
+        )
+    except (OSError, ValueError) as exc:
+        raise ConfigException(
+            f"{key('ssl.keystore.location')}: {exc}", name="ssl.keystore.location"
+        ) from exc
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _load_chain(context, chain_pem, key_pem)
+    enabled = [p for p in get("ssl.enabled.protocols") if p in _VERSIONS]
+    if not enabled:
+        raise ConfigException(
+            f"{key('ssl.enabled.protocols')}: none of {get('ssl.enabled.protocols')} is "
+            "supported (TLSv1.2, TLSv1.3)",
+            name="ssl.enabled.protocols",
+        )
+    context.minimum_version = min(_VERSIONS[p] for p in enabled)
+    context.maximum_version = max(_VERSIONS[p] for p in enabled)
+    ciphers = get("ssl.cipher.suites")
+    if ciphers:
+        try:
+            context.set_ciphers(":".join(ciphers))
+        except ssl.SSLError as exc:
+            raise ConfigException(
+                f"{key('ssl.cipher.suites')}: {exc}", name="ssl.cipher.suites"
+            ) from exc
+    context.verify_mode = _CLIENT_AUTH[str(get("ssl.client.auth"))]
+    truststore = get("ssl.truststore.location")
+    if truststore:
+        try:
+            cadata = load_truststore(
+                truststore,
+                str(get("ssl.truststore.type")).upper(),
+                _secret(get("ssl.truststore.password")),
+            )
+        except (OSError, ValueError) as exc:
+            raise ConfigException(
+                f"{key('ssl.truststore.location')}: {exc}", name="ssl.truststore.location"
+            ) from exc
+        context.load_verify_locations(cadata=cadata.decode())
+    elif context.verify_mode != ssl.CERT_NONE:
+        raise ConfigException(
+            f"{key('ssl.truststore.location')}: required when ssl.client.auth is "
+            f"{get('ssl.client.auth')}",
+            name="ssl.truststore.location",
+        )
+    return context
+
+
+def _load_chain(context: ssl.SSLContext, chain_pem: bytes, key_pem: bytes) -> None:
+    """``load_cert_chain`` reads files only: hand it a private temporary file, then remove it."""
+    fd, path = tempfile.mkstemp(prefix="kplane-keystore-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(chain_pem + b"\n" + key_pem)
+        context.load_cert_chain(path)
+    finally:
+        os.unlink(path)
+
+
+def principal_of(ssl_object: ssl.SSLObject | None) -> str:
+    """``User:<subject DN>`` of a client certificate (Kafka's DEFAULT mapping rule)."""
+    if ssl_object is None:
+        return ANONYMOUS
+    der = ssl_object.getpeercert(binary_form=True)
+    if not der:
+        return ANONYMOUS
+    return "User:" + x509.load_der_x509_certificate(der).subject.rfc4514_string()

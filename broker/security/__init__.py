@@ -1,0 +1,1 @@
+"""TLS material: test PKI generation and keystore/truststore loading."""

@@ -1,0 +1,181 @@
+"""SSL listeners (KIP-2): TLS beside PLAINTEXT on one broker, real clients on both."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaConsumer, KafkaProducer
+
+from broker.security.certs import PkiFiles, create_test_pki
+from broker.testing.plugin import REPO_ROOT, RunningBroker
+from broker.testing.wire import WireClient
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> PkiFiles:
+    return create_test_pki(tmp_path / "pki", ["localhost", "127.0.0.1"])
+
+
+def _tls_broker(broker_factory, pki: PkiFiles, client_auth: str = "none", **extra: str):
+    props = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "listener.name.ssl.ssl.keystore.type": "PKCS12",
+        "listener.name.ssl.ssl.keystore.location": str(pki.broker_p12),
+        "listener.name.ssl.ssl.keystore.password": pki.password,
+        "listener.name.ssl.ssl.truststore.type": "PEM",
+        "listener.name.ssl.ssl.truststore.location": str(pki.truststore_pem),
+        "listener.name.ssl.ssl.client.auth": client_auth,
+    }
+    props.update(extra)
+    return broker_factory(props)
+
+
+def _confluent_ssl(broker: RunningBroker, pki: PkiFiles, with_cert: bool = True) -> dict:
+    config = {
+        "bootstrap.servers": broker.bootstrap("SSL"),
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(pki.ca_cert),
+    }
+    if with_cert:
+        config["ssl.certificate.location"] = str(pki.client_cert)
+        config["ssl.key.location"] = str(pki.client_key)
+    return config
+
+
+def _produce_and_read(config: dict, topic: str, count: int) -> list[bytes]:
+    producer = Producer({**config, "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, b"tls-%d" % i)
+    assert producer.flush(30) == 0
+    consumer = Consumer({**config, "group.id": "tls", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < count and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value())
+    consumer.close()
+    return got
+
+
+def test_confluent_kafka_over_tls_with_a_pkcs12_keystore(broker_factory, pki) -> None:
+    broker = _tls_broker(broker_factory, pki)
+    got = _produce_and_read(_confluent_ssl(broker, pki, with_cert=False), "tls-topic", 2000)
+    assert got == [b"tls-%d" % i for i in range(2000)]
+    # The SSL listener advertises itself only.
+    metadata = AdminClient(_confluent_ssl(broker, pki, False)).list_topics(timeout=10)
+    assert [(b.host, b.port) for b in metadata.brokers.values()] == [broker.address("SSL")]
+
+
+def test_kafka_python_over_tls_with_a_pem_keystore(broker_factory, pki, tmp_path) -> None:
+    keystore = tmp_path / "broker-keystore.pem"
+    keystore.write_bytes(pki.broker_cert.read_bytes() + pki.broker_key.read_bytes())
+    broker = _tls_broker(
+        broker_factory,
+        pki,
+        **{
+            "listener.name.ssl.ssl.keystore.type": "PEM",
+            "listener.name.ssl.ssl.keystore.location": str(keystore),
+            "listener.name.ssl.ssl.key.password": pki.password,
+        },
+    )
+    common = {
+        "bootstrap_servers": broker.bootstrap("SSL"),
+        "security_protocol": "SSL",
+        "ssl_cafile": str(pki.ca_cert),
+    }
+    producer = KafkaProducer(**common)
+    for i in range(500):
+        producer.send("tls-kp", b"kp-%d" % i)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer(
+        "tls-kp", auto_offset_reset="earliest", consumer_timeout_ms=5000, **common
+    )
+    values = [m.value for m in consumer]
+    consumer.close()
+    assert values == [b"kp-%d" % i for i in range(500)]
+
+
+def test_required_client_auth_gives_the_certificate_principal(broker_factory, pki) -> None:
+    broker = _tls_broker(broker_factory, pki, client_auth="required")
+    principals: list[str] = []
+    original = broker.server.apis.handlers[3]
+
+    def spy(ctx) -> None:  # type: ignore[no-untyped-def]
+        principals.append(ctx.principal)
+        original(ctx)
+
+    broker.server.apis.handlers[3] = spy
+    got = _produce_and_read(_confluent_ssl(broker, pki, with_cert=True), "mtls", 10)
+    assert len(got) == 10
+    assert "User:CN=kplane-client,OU=test,O=kplane" in principals
+
+    # Without a client certificate the handshake is refused; the broker keeps serving.
+    admin = AdminClient({**_confluent_ssl(broker, pki, with_cert=False), "socket.timeout.ms": 3000})
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=5)
+    assert len(_produce_and_read(_confluent_ssl(broker, pki), "mtls-after", 3)) == 3
+
+
+def test_plaintext_client_on_the_tls_port_is_dropped(broker_factory, pki) -> None:
+    broker = _tls_broker(broker_factory, pki)
+    for junk in (b"\x00\x00\x00\x10\x00\x12\x00\x03" + b"\x00" * 12, b"GET / HTTP/1.0\r\n\r\n"):
+        with WireClient(*broker.address("SSL")) as client:
+            client.send_raw(junk)
+            assert _closed_after_any_alert(client.sock)
+    # Both listeners still serve.
+    assert len(_produce_and_read(_confluent_ssl(broker, pki), "after-junk", 3)) == 3
+    plain = AdminClient({"bootstrap.servers": broker.bootstrap("PLAINTEXT")})
+    assert plain.list_topics(timeout=10).brokers
+
+
+def _closed_after_any_alert(sock: socket.socket, timeout: float = 10.0) -> bool:
+    """True when the broker closes the connection (it may send a TLS alert first)."""
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(4096):
+            pass
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+def test_bad_keystore_stops_start_up_with_one_line(tmp_path, pki) -> None:
+    args = [
+        sys.executable,
+        "-m",
+        "broker.tools.cli",
+        "serve",
+        str(REPO_ROOT / "configs/server.properties"),
+        "--override",
+        "listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "--override",
+        f"log.dirs={tmp_path / 'data'}",
+        "--override",
+        "listener.name.ssl.ssl.keystore.type=JKS",
+        "--override",
+        f"listener.name.ssl.ssl.keystore.location={pki.broker_p12}",
+    ]
+    done = subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+        env={"KPLANE_LOG_FORMAT": "json", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if '"level": "error"' in line]
+    assert len(errors) == 1, done.stderr
+    assert "JKS" in errors[0] and "keytool" in errors[0]
