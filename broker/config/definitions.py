@@ -142,6 +142,7 @@ NOT_YET_HONOURED = frozenset(
         "transactional.id.expiration.ms",
         "producer.id.expiration.ms",
         "ssl.endpoint.identification.algorithm",
+        "ssl.protocol",
         "ssl.principal.mapping.rules",
     }
 )
