@@ -372,6 +372,15 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "empty).", L, BROKER),
     ConfigDef("ssl.principal.mapping.rules", T.STRING, "DEFAULT",
               "Rules mapping a client certificate's subject DN to a principal name.", L, RO),
+    # SASL (SASL_PLAINTEXT and SASL_SSL listeners)
+    ConfigDef("sasl.enabled.mechanisms", T.LIST, ["GSSAPI"],
+              "SASL mechanisms a listener offers (kplane serves PLAIN).", M, BROKER),
+    ConfigDef("sasl.jaas.config", T.PASSWORD, None,
+              "JAAS login context, e.g. PlainLoginModule with user_<name>=\"<password>\" "
+              "options; also listener.name.<name>.<mechanism>.sasl.jaas.config.", M, BROKER),
+    ConfigDef("connection.failed.authentication.delay.ms", T.INT, 100,
+              "Delay before the answer to a failed authentication (and the close).", L, RO,
+              at_least(0)),
     # kplane
     ConfigDef("kplane.metrics.port", T.INT, -1,
               "Port of the Prometheus HTTP exposition; -1 turns it off, 0 picks a free port.",

@@ -16,6 +16,8 @@ from broker.config.properties import apply_overrides, load_properties
 
 log = structlog.get_logger(__name__)
 
+SASL_JAAS_CONFIG = "sasl.jaas.config"
+
 
 class KafkaConfig:
     """Validated, typed broker configuration.
@@ -103,6 +105,14 @@ class KafkaConfig:
         value = self._listener_values.get((listener_name.lower(), name), _UNSET)
         return self.get(name) if value is _UNSET else value
 
+    def sasl_jaas_config(self, listener_name: str, mechanism: str) -> Any:
+        """``listener.name.<l>.<mechanism>.sasl.jaas.config``, else the listener's or the
+        broker's ``sasl.jaas.config`` (KIP-226's lookup order)."""
+        key = (listener_name.lower(), f"{mechanism.lower()}.{SASL_JAAS_CONFIG}")
+        if key in self._listener_values:
+            return self._listener_values[key]
+        return self.listener_get(listener_name, SASL_JAAS_CONFIG)
+
     def advertised(self, listener_name: str) -> EndPoint | None:
         """The advertised endpoint of a listener name (any case), or None."""
         wanted = lc.normalise(listener_name)
@@ -155,6 +165,10 @@ def _listener_overrides(props: Mapping[str, str]) -> dict[tuple[str, str], Any]:
         if not key.startswith(LISTENER_PREFIX):
             continue
         listener, _, name = key[len(LISTENER_PREFIX) :].partition(".")
+        mechanism, _, rest = name.partition(".")
+        if rest == SASL_JAAS_CONFIG and mechanism:
+            values[(listener, name)] = CONFIGS[SASL_JAAS_CONFIG].parse(raw, key=key)
+            continue
         definition = CONFIGS.get(name)
         if not listener or definition is None:
             log.warning("unknown config", key=key)

@@ -23,6 +23,7 @@ import uvloop
 from broker.config.endpoint import EndPoint
 from broker.network.request_channel import Request, RequestChannel, Response
 from broker.network.tls import ANONYMOUS, principal_of
+from broker.security.sasl import PRE_AUTH_APIS, SASL_PROTOCOLS, SaslSession
 from protocol.framing import FrameDecoder, FrameTooLarge, InvalidRequestHeader, parse_request_header
 
 log = structlog.get_logger(__name__)
@@ -46,6 +47,9 @@ class KafkaConnection(asyncio.Protocol):
         self.closing = False
         self.peer_closed = False
         self.principal = ANONYMOUS
+        self.session = (
+            SaslSession() if processor.endpoint.security_protocol in SASL_PROTOCOLS else None
+        )
         self._reading_paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -276,12 +280,24 @@ class Processor:
                 client_id=header.client_id,
             )
             return None
+        session = conn.session
+        if session is not None and not session.authenticated and (
+            header.api_key not in PRE_AUTH_APIS
+        ):
+            log.warning(
+                "closing connection: request before SASL authentication",
+                connection=conn.connection_id,
+                listener=self.endpoint.listener_name,
+                api_key=header.api_key,
+            )
+            return None
         return Request(
             processor=self,
             connection_id=conn.connection_id,
             listener_name=self.endpoint.listener_name,
             security_protocol=self.endpoint.security_protocol,
-            principal=conn.principal,
+            principal=session.principal if session is not None else conn.principal,
+            session=session,
             client_host=conn.peer[0],
             client_port=conn.peer[1],
             header=header,

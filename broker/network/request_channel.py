@@ -9,7 +9,7 @@ from __future__ import annotations
 import queue
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from broker.config.endpoint import SecurityProtocol
 from broker.metrics.registry import DATA_PLANE
@@ -38,6 +38,7 @@ class Request:
     header: RequestHeader
     frame: bytes
     plane: str = DATA_PLANE
+    session: Any = None  # the connection's SaslSession on SASL listeners
     start_ns: int = field(default_factory=time.monotonic_ns)
     dequeue_ns: int = 0
     api_local_complete_ns: int = 0

@@ -75,15 +75,16 @@ class RequestContext:
             self._answered = True
             return True
 
-    def respond(self, body: Any) -> None:
-        """Encode ``body`` with its response header and hand it to the Processor."""
+    def respond(self, body: Any, close_connection: bool = False) -> None:
+        """Encode ``body`` with its response header and hand it to the Processor; with
+        ``close_connection`` the connection closes once the answer is written."""
         if not self._claim():
             return
         payload = api.encode(body)
         prefix = response_frame_prefix(
             self.api_key, self.api_version, self.request.header.correlation_id, len(payload)
         )
-        self._channel.send_response(Response(self.request, [prefix, payload]))
+        self._channel.send_response(Response(self.request, [prefix, payload], close_connection))
 
     def respond_pieces(self, body_pieces: list[bytes | memoryview]) -> None:
         """Send a body already serialized in pieces (Fetch keeps stored batches out of kio)."""

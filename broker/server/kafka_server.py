@@ -13,7 +13,6 @@ from collections.abc import Callable
 import structlog
 
 from broker.config.endpoint import EndPoint, SecurityProtocol
-from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
 from broker.controller.controller import KafkaController
 from broker.group.coordinator import GroupConfig, GroupCoordinator
@@ -33,6 +32,7 @@ from broker.metrics import (
 from broker.network.request_channel import CONTROL_PLANE_QUEUE_SIZE, RequestChannel
 from broker.network.socket_server import SocketServer, SocketServerConfig
 from broker.network.tls import server_ssl_context
+from broker.security.sasl import sasl_listeners
 from broker.server.admin_manager import AdminManager, TopicDefaults
 from broker.server.api_versions import ApiVersionsApi
 from broker.server.context import ApiFamily
@@ -45,6 +45,7 @@ from broker.server.purgatory import DelayedOperationPurgatory
 from broker.server.replica_manager import ReplicaManager
 from broker.server.request_handler import RequestHandlerPool
 from broker.server.request_metrics import RequestMetricsObserver
+from broker.server.sasl_apis import SaslApis
 from broker.server.timer import SystemTimer
 from broker.server.topic_apis import TopicApis
 
@@ -54,19 +55,12 @@ SHUTDOWN_DRAIN_SECONDS = 3.0
 
 
 def tls_contexts(config: KafkaConfig) -> dict[str, ssl.SSLContext]:
-    """An SSLContext per SSL listener; SASL listeners are refused until SASL lands."""
-    contexts = {}
-    for endpoint in config.listeners:
-        protocol = endpoint.security_protocol
-        if protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
-            raise ConfigException(
-                f"listeners: {endpoint.connection_string} uses {protocol.value}, which kplane "
-                "does not serve yet (PLAINTEXT and SSL only)",
-                name="listeners",
-            )
-        if protocol is SecurityProtocol.SSL:
-            contexts[endpoint.listener_name] = server_ssl_context(config, endpoint.listener_name)
-    return contexts
+    """An SSLContext per SSL and SASL_SSL listener."""
+    return {
+        endpoint.listener_name: server_ssl_context(config, endpoint.listener_name)
+        for endpoint in config.listeners
+        if endpoint.security_protocol in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
+    }
 
 
 class KafkaServer:
@@ -87,7 +81,9 @@ class KafkaServer:
     def startup(self) -> None:
         """Start every component; raises (and cleans up) when the broker cannot start."""
         config = self.config
-        ssl_contexts = tls_contexts(config)  # before anything starts: a bad keystore stops here
+        # Before anything starts: a bad keystore or JAAS config stops start-up here.
+        ssl_contexts = tls_contexts(config)
+        self.sasl_listeners = sasl_listeners(config)
         log_dir = config.log_dirs[0]
         os.makedirs(log_dir, exist_ok=True)
         self.store = self._store or EmbeddedMetadataStore(log_dir)
@@ -216,6 +212,11 @@ class KafkaServer:
                 int(self.config.get("fetch.max.bytes")),
             ),
             TopicApis(self.admin, self.cache, lambda: bool(self.config.get("delete.topic.enable"))),
+            SaslApis(
+                self.sasl_listeners,
+                self.timer,
+                int(self.config.get("connection.failed.authentication.delay.ms")),
+            ),
             GroupApis(
                 self.group_coordinator,
                 topic_name_of=self.cache.topic_name,

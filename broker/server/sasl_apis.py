@@ -1,0 +1,113 @@
+"""SaslHandshake and SaslAuthenticate: authenticate a SASL connection, once.
+
+Only SaslHandshake v1 with SaslAuthenticate is served as an exchange: after a v0 handshake
+Kafka expects raw SASL tokens without Kafka framing, which kplane does not speak.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import structlog
+
+from broker.security.sasl import SaslAuthenticationFailed, SaslListener
+from broker.server.context import Handler, RequestContext
+from broker.server.timer import SystemTimer
+from protocol.errors import ErrorCode
+
+log = structlog.get_logger(__name__)
+
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+
+
+class SaslApis:
+    """The SASL exchange on each SASL listener."""
+
+    def __init__(
+        self, listeners: Mapping[str, SaslListener], timer: SystemTimer, failure_delay_ms: int
+    ) -> None:
+        self.listeners = dict(listeners)
+        self.timer = timer
+        self.failure_delay_ms = failure_delay_ms
+
+    def handlers(self) -> Mapping[int, Handler]:
+        return {SASL_HANDSHAKE: self.handle_handshake, SASL_AUTHENTICATE: self.handle_authenticate}
+
+    def handle_handshake(self, ctx: RequestContext) -> None:
+        session = ctx.request.session
+        listener = self.listeners.get(ctx.listener_name)
+        mechanisms = listener.mechanisms if listener else ()
+        mechanism = ctx.body.mechanism
+        if session is None or listener is None or session.authenticated:
+            # Outside an authentication Kafka answers in KafkaApis and keeps the connection.
+            log.info(
+                "SASL handshake refused",
+                listener=ctx.listener_name,
+                reason="not a SASL listener" if session is None else "already authenticated",
+            )
+            ctx.respond(
+                ctx.make_response(error_code=ErrorCode.illegal_sasl_state, mechanisms=mechanisms),
+            )
+            return
+        if mechanism not in mechanisms:
+            log.info("SASL mechanism not enabled", listener=ctx.listener_name, mechanism=mechanism)
+            ctx.respond(
+                ctx.make_response(
+                    error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=mechanisms
+                ),
+                close_connection=True,
+            )
+            return
+        session.mechanism = mechanism
+        ctx.respond(ctx.make_response(error_code=ErrorCode.none, mechanisms=mechanisms))
+
+    def handle_authenticate(self, ctx: RequestContext) -> None:
+        session = ctx.request.session
+        listener = self.listeners.get(ctx.listener_name)
+        if session is None or listener is None or session.authenticated:
+            # Outside an authentication Kafka answers in KafkaApis and keeps the connection.
+            ctx.respond(
+                ctx.make_response(
+                    error_code=ErrorCode.illegal_sasl_state,
+                    error_message="no SASL exchange on this connection",
+                    auth_bytes=b"",
+                )
+            )
+            return
+        if session.mechanism is None:
+            ctx.respond(
+                ctx.make_response(
+                    error_code=ErrorCode.illegal_sasl_state,
+                    error_message="SaslAuthenticate without a SaslHandshake first",
+                    auth_bytes=b"",
+                ),
+                close_connection=True,
+            )
+            return
+        authenticator = listener.authenticators[session.mechanism]
+        try:
+            user = authenticator.authenticate(bytes(ctx.body.auth_bytes))
+        except SaslAuthenticationFailed as exc:
+            log.info(
+                "SASL authentication failed",
+                listener=ctx.listener_name,
+                client=f"{ctx.request.client_host}:{ctx.request.client_port}",
+                mechanism=session.mechanism,
+                reason=str(exc),
+            )
+            response = ctx.make_response(
+                error_code=ErrorCode.sasl_authentication_failed,
+                error_message=str(exc),
+                auth_bytes=b"",
+            )
+            # Kafka delays the answer (connection.failed.authentication.delay.ms), then closes.
+            self.timer.schedule(
+                self.failure_delay_ms, lambda: ctx.respond(response, close_connection=True)
+            )
+            return
+        session.authenticated = True
+        session.principal = f"User:{user}"
+        ctx.respond(
+            ctx.make_response(error_code=ErrorCode.none, error_message=None, auth_bytes=b"")
+        )

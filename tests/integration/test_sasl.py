@@ -1,0 +1,201 @@
+"""SASL/PLAIN on SASL_PLAINTEXT and SASL_SSL listeners, beside PLAINTEXT (KIP-2, KIP-103)."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaConsumer, KafkaProducer
+from kio.schema.metadata.v12.request import MetadataRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+from broker.security.certs import PkiFiles, create_test_pki
+from broker.testing.plugin import REPO_ROOT, RunningBroker
+from protocol.errors import ErrorCode
+
+JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="admin" password="admin-secret" '
+    'user_admin="admin-secret" user_alice="alice-secret";'
+)
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> PkiFiles:
+    return create_test_pki(tmp_path / "pki", ["localhost", "127.0.0.1"])
+
+
+@pytest.fixture
+def sasl_broker(broker_factory, pki) -> RunningBroker:
+    return broker_factory(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,"
+            "SASL_SSL://127.0.0.1:0",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+            "listener.name.sasl_ssl.ssl.keystore.type": "PKCS12",
+            "listener.name.sasl_ssl.ssl.keystore.location": str(pki.broker_p12),
+            "listener.name.sasl_ssl.ssl.keystore.password": pki.password,
+        }
+    )
+
+
+def _confluent(broker: RunningBroker, listener: str, password: str, pki: PkiFiles) -> dict:
+    config = {
+        "bootstrap.servers": broker.bootstrap(listener),
+        "security.protocol": listener,
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice",
+        "sasl.password": password,
+    }
+    if listener == "SASL_SSL":
+        config["ssl.ca.location"] = str(pki.ca_cert)
+    return config
+
+
+def _round_trip(config: dict, topic: str, count: int) -> list[bytes]:
+    producer = Producer({**config, "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, b"sasl-%d" % i)
+    assert producer.flush(30) == 0
+    consumer = Consumer({**config, "group.id": "sasl", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < count and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value())
+    consumer.close()
+    return got
+
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_confluent_kafka_plain(sasl_broker, pki, listener) -> None:
+    config = _confluent(sasl_broker, listener, "alice-secret", pki)
+    assert _round_trip(config, f"plain-{listener.lower()}", 1000) == [
+        b"sasl-%d" % i for i in range(1000)
+    ]
+
+
+def test_principal_is_the_authenticated_user(sasl_broker, pki) -> None:
+    principals: list[str] = []
+    original = sasl_broker.server.apis.handlers[3]
+
+    def spy(ctx) -> None:  # type: ignore[no-untyped-def]
+        principals.append(ctx.principal)
+        original(ctx)
+
+    sasl_broker.server.apis.handlers[3] = spy
+    AdminClient(_confluent(sasl_broker, "SASL_PLAINTEXT", "alice-secret", pki)).list_topics(
+        timeout=10
+    )
+    assert principals and set(principals) == {"User:alice"}
+
+
+def test_kafka_python_plain(sasl_broker) -> None:
+    common = {
+        "bootstrap_servers": sasl_broker.bootstrap("SASL_PLAINTEXT"),
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "admin",
+        "sasl_plain_password": "admin-secret",
+    }
+    producer = KafkaProducer(**common)
+    for i in range(200):
+        producer.send("plain-kp", b"kp-%d" % i)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer(
+        "plain-kp", auto_offset_reset="earliest", consumer_timeout_ms=5000, **common
+    )
+    values = [m.value for m in consumer]
+    consumer.close()
+    assert values == [b"kp-%d" % i for i in range(200)]
+
+
+def test_wrong_password_fails_and_the_broker_keeps_serving(sasl_broker, pki) -> None:
+    admin = AdminClient(
+        {**_confluent(sasl_broker, "SASL_PLAINTEXT", "wrong", pki), "socket.timeout.ms": 3000}
+    )
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=3)
+    good = _confluent(sasl_broker, "SASL_PLAINTEXT", "alice-secret", pki)
+    assert AdminClient(good).list_topics(timeout=10).brokers
+    plain = AdminClient({"bootstrap.servers": sasl_broker.bootstrap("PLAINTEXT")})
+    assert plain.list_topics(timeout=10).brokers
+
+
+def test_wire_level_rules(sasl_broker) -> None:
+    # A request other than ApiVersions/SaslHandshake/SaslAuthenticate before authenticating
+    # closes the connection.
+    with sasl_broker.wire("SASL_PLAINTEXT") as client:
+        client.send(
+            MetadataRequest(
+                topics=None,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+        )
+        assert client.is_closed_by_peer()
+    # An unknown mechanism is answered UNSUPPORTED_SASL_MECHANISM with the enabled list.
+    with sasl_broker.wire("SASL_PLAINTEXT") as client:
+        response = client.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
+        assert response.error_code == ErrorCode.unsupported_sasl_mechanism
+        assert list(response.mechanisms) == ["PLAIN"]
+        assert client.is_closed_by_peer()
+    # Garbage before SASL: closed, nothing else harmed.
+    with sasl_broker.wire("SASL_PLAINTEXT") as client:
+        client.send_raw(struct.pack(">i", 6) + b"\xff\xff\x00\x00\x00\x01")
+        assert client.is_closed_by_peer()
+    # A handshake on the PLAINTEXT listener is an illegal SASL state.
+    with sasl_broker.wire("PLAINTEXT") as client:
+        response = client.request(SaslHandshakeRequest(mechanism="PLAIN"))
+        assert response.error_code == ErrorCode.illegal_sasl_state
+
+
+@pytest.mark.parametrize(
+    ("override", "mention"),
+    [
+        (
+            'listener.name.sasl_plaintext.plain.sasl.jaas.config=PlainLoginModule required x="y"',
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config",
+        ),
+        ("sasl.enabled.mechanisms=GSSAPI", "sasl.enabled.mechanisms"),
+    ],
+)
+def test_bad_sasl_config_stops_start_up(tmp_path, override: str, mention: str) -> None:
+    args = [
+        sys.executable,
+        "-m",
+        "broker.tools.cli",
+        "serve",
+        str(REPO_ROOT / "configs/server.properties"),
+        "--override",
+        "listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "--override",
+        f"log.dirs={tmp_path / 'data'}",
+        "--override",
+        "sasl.enabled.mechanisms=PLAIN",
+        "--override",
+        override,
+    ]
+    done = subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+        env={"KPLANE_LOG_FORMAT": "json", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if '"level": "error"' in line]
+    assert len(errors) == 1, done.stderr
+    assert mention in errors[0]
