@@ -159,3 +159,22 @@ def read_from_beginning(
     finally:
         consumer.close()
     return got
+
+
+def numbered_round_trip(config: Mapping[str, Any], topic: str, count: int) -> list[bytes]:
+    """Produce ``b"rt-<i>"`` for i < count with confluent-kafka under ``config`` (security
+    settings included), then read partition 0 back from the start: the values read."""
+    producer = Producer({**config, "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, b"rt-%d" % i)
+    assert producer.flush(30) == 0
+    consumer = Consumer({**config, "group.id": "round-trip", "enable.auto.commit": False})
+    consumer.assign([CkTopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < count and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value())
+    consumer.close()
+    return got

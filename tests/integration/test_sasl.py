@@ -5,11 +5,10 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 from kio.schema.metadata.v12.request import MetadataRequest
@@ -18,6 +17,7 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from broker.security.certs import PkiFiles, create_test_pki
 from broker.testing.plugin import REPO_ROOT, RunningBroker
 from protocol.errors import ErrorCode
+from tests.integration.helpers import numbered_round_trip
 
 JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -60,28 +60,11 @@ def _confluent(broker: RunningBroker, listener: str, password: str, pki: PkiFile
     return config
 
 
-def _round_trip(config: dict, topic: str, count: int) -> list[bytes]:
-    producer = Producer({**config, "linger.ms": 5})
-    for i in range(count):
-        producer.produce(topic, b"sasl-%d" % i)
-    assert producer.flush(30) == 0
-    consumer = Consumer({**config, "group.id": "sasl", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(got) < count and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            got.append(msg.value())
-    consumer.close()
-    return got
-
-
 @pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
 def test_confluent_kafka_plain(sasl_broker, pki, listener) -> None:
     config = _confluent(sasl_broker, listener, "alice-secret", pki)
-    assert _round_trip(config, f"plain-{listener.lower()}", 1000) == [
-        b"sasl-%d" % i for i in range(1000)
+    assert numbered_round_trip(config, f"plain-{listener.lower()}", 1000) == [
+        b"rt-%d" % i for i in range(1000)
     ]
 
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 
 from broker.security.certs import PkiFiles, create_test_pki
 from broker.testing.plugin import REPO_ROOT, RunningBroker
 from broker.testing.wire import WireClient
+from tests.integration.helpers import numbered_round_trip
 
 
 @pytest.fixture
@@ -49,27 +49,10 @@ def _confluent_ssl(broker: RunningBroker, pki: PkiFiles, with_cert: bool = True)
     return config
 
 
-def _produce_and_read(config: dict, topic: str, count: int) -> list[bytes]:
-    producer = Producer({**config, "linger.ms": 5})
-    for i in range(count):
-        producer.produce(topic, b"tls-%d" % i)
-    assert producer.flush(30) == 0
-    consumer = Consumer({**config, "group.id": "tls", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(got) < count and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            got.append(msg.value())
-    consumer.close()
-    return got
-
-
 def test_confluent_kafka_over_tls_with_a_pkcs12_keystore(broker_factory, pki) -> None:
     broker = _tls_broker(broker_factory, pki)
-    got = _produce_and_read(_confluent_ssl(broker, pki, with_cert=False), "tls-topic", 2000)
-    assert got == [b"tls-%d" % i for i in range(2000)]
+    got = numbered_round_trip(_confluent_ssl(broker, pki, with_cert=False), "tls-topic", 2000)
+    assert got == [b"rt-%d" % i for i in range(2000)]
     # The SSL listener advertises itself only.
     metadata = AdminClient(_confluent_ssl(broker, pki, False)).list_topics(timeout=10)
     assert [(b.host, b.port) for b in metadata.brokers.values()] == [broker.address("SSL")]
@@ -115,7 +98,7 @@ def test_required_client_auth_gives_the_certificate_principal(broker_factory, pk
         original(ctx)
 
     broker.server.apis.handlers[3] = spy
-    got = _produce_and_read(_confluent_ssl(broker, pki, with_cert=True), "mtls", 10)
+    got = numbered_round_trip(_confluent_ssl(broker, pki, with_cert=True), "mtls", 10)
     assert len(got) == 10
     assert "User:CN=kplane-client,OU=test,O=kplane" in principals
 
@@ -123,7 +106,7 @@ def test_required_client_auth_gives_the_certificate_principal(broker_factory, pk
     admin = AdminClient({**_confluent_ssl(broker, pki, with_cert=False), "socket.timeout.ms": 3000})
     with pytest.raises(KafkaException):
         admin.list_topics(timeout=5)
-    assert len(_produce_and_read(_confluent_ssl(broker, pki), "mtls-after", 3)) == 3
+    assert len(numbered_round_trip(_confluent_ssl(broker, pki), "mtls-after", 3)) == 3
 
 
 def test_plaintext_client_on_the_tls_port_is_dropped(broker_factory, pki) -> None:
@@ -133,7 +116,7 @@ def test_plaintext_client_on_the_tls_port_is_dropped(broker_factory, pki) -> Non
             client.send_raw(junk)
             assert _closed_after_any_alert(client.sock)
     # Both listeners still serve.
-    assert len(_produce_and_read(_confluent_ssl(broker, pki), "after-junk", 3)) == 3
+    assert len(numbered_round_trip(_confluent_ssl(broker, pki), "after-junk", 3)) == 3
     plain = AdminClient({"bootstrap.servers": broker.bootstrap("PLAINTEXT")})
     assert plain.list_topics(timeout=10).brokers
 
