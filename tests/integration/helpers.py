@@ -10,6 +10,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
+from kafka import KafkaConsumer, KafkaProducer
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.static.primitive import i16, i32, i64
@@ -178,3 +179,19 @@ def numbered_round_trip(config: Mapping[str, Any], topic: str, count: int) -> li
             got.append(msg.value())
     consumer.close()
     return got
+
+
+def kafka_python_round_trip(common: Mapping[str, Any], topic: str, count: int) -> list[bytes]:
+    """Produce ``b"kp-<i>"`` for i < count with kafka-python under ``common`` (security
+    settings included), then read the topic back from the earliest offset: the values."""
+    producer = KafkaProducer(**common)
+    for i in range(count):
+        producer.send(topic, b"kp-%d" % i)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer(
+        topic, auto_offset_reset="earliest", consumer_timeout_ms=5000, **common
+    )
+    values = [m.value for m in consumer]
+    consumer.close()
+    return values

@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from kafka import KafkaConsumer, KafkaProducer
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from broker.security.certs import PkiFiles, create_test_pki
 from broker.testing.plugin import REPO_ROOT, RunningBroker
 from protocol.errors import ErrorCode
-from tests.integration.helpers import numbered_round_trip
+from tests.integration.helpers import kafka_python_round_trip, numbered_round_trip
 
 JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -91,16 +90,7 @@ def test_kafka_python_plain(sasl_broker) -> None:
         "sasl_plain_username": "admin",
         "sasl_plain_password": "admin-secret",
     }
-    producer = KafkaProducer(**common)
-    for i in range(200):
-        producer.send("plain-kp", b"kp-%d" % i)
-    producer.flush(30)
-    producer.close()
-    consumer = KafkaConsumer(
-        "plain-kp", auto_offset_reset="earliest", consumer_timeout_ms=5000, **common
-    )
-    values = [m.value for m in consumer]
-    consumer.close()
+    values = kafka_python_round_trip(common, "plain-kp", 200)
     assert values == [b"kp-%d" % i for i in range(200)]
 
 

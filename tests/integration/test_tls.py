@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from kafka import KafkaConsumer, KafkaProducer
 
 from broker.security.certs import PkiFiles, create_test_pki
 from broker.testing.plugin import REPO_ROOT, RunningBroker
 from broker.testing.wire import WireClient
-from tests.integration.helpers import numbered_round_trip
+from tests.integration.helpers import kafka_python_round_trip, numbered_round_trip
 
 
 @pytest.fixture
@@ -75,16 +74,7 @@ def test_kafka_python_over_tls_with_a_pem_keystore(broker_factory, pki, tmp_path
         "security_protocol": "SSL",
         "ssl_cafile": str(pki.ca_cert),
     }
-    producer = KafkaProducer(**common)
-    for i in range(500):
-        producer.send("tls-kp", b"kp-%d" % i)
-    producer.flush(30)
-    producer.close()
-    consumer = KafkaConsumer(
-        "tls-kp", auto_offset_reset="earliest", consumer_timeout_ms=5000, **common
-    )
-    values = [m.value for m in consumer]
-    consumer.close()
+    values = kafka_python_round_trip(common, "tls-kp", 500)
     assert values == [b"kp-%d" % i for i in range(500)]
 
 
