@@ -1,6 +1,8 @@
 """The API table: api key -> kio request/response classes, header versions, codecs.
 
-Everything here is sans-IO: bytes in, typed kio entities out, and back.
+Everything here is sans-IO: bytes in, typed kio entities out, and back. The controller
+APIs kio lacks (LeaderAndIsr, StopReplica, UpdateMetadata) come from
+``protocol.controller_schema`` and are served through the same functions.
 """
 
 from __future__ import annotations
@@ -14,17 +16,22 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from kio.index import load_payload_module
-from kio.schema.index import api_key_map, schema_name_map
+from kio.schema.index import PayloadEntityType, api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from protocol import controller_schema
+
 E = TypeVar("E")
 
-API_NAMES: dict[int, str] = dict(api_key_map)
+API_NAMES: dict[int, str] = dict(sorted({**api_key_map, **controller_schema.API_NAMES}.items()))
 
 
 def kio_versions(api_key: int) -> range:
-    """The versions kio has schemas for, as a range (empty for an unknown key)."""
+    """The versions kio (or controller_schema) has schemas for; empty for an unknown key."""
+    ours = controller_schema.VERSIONS.get(api_key)
+    if ours is not None:
+        return ours
     name = api_key_map.get(api_key)
     if name is None:
         return range(0)
@@ -32,16 +39,22 @@ def kio_versions(api_key: int) -> range:
     return range(versions[0], versions[-1] + 1)
 
 
+def _payload_module(api_key: int, version: int, entity_type: PayloadEntityType) -> ModuleType:
+    if api_key in controller_schema.VERSIONS:
+        return controller_schema.load_payload_module(api_key, version, entity_type)
+    return load_payload_module(api_key, version, entity_type)
+
+
 @cache
 def request_module(api_key: int, version: int) -> ModuleType:
     """The kio module holding the request entities of ``api_key`` at ``version``."""
-    return load_payload_module(api_key, version, EntityType.request)
+    return _payload_module(api_key, version, EntityType.request)
 
 
 @cache
 def response_module(api_key: int, version: int) -> ModuleType:
     """The kio module holding the response entities of ``api_key`` at ``version``."""
-    return load_payload_module(api_key, version, EntityType.response)
+    return _payload_module(api_key, version, EntityType.response)
 
 
 def _payload_class(module: ModuleType, entity_type: EntityType) -> type[Any]:

@@ -24,6 +24,14 @@ from typing import Any, TypeVar
 from broker.client.connection import UnsupportedApi
 from broker.client.consumer import list_offsets as _list_offsets
 from broker.client.kafka_client import BrokerNode, KafkaClient
+from broker.security.acl import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AclResourceType,
+    PatternType,
+)
 from protocol import api
 from protocol.errors import ErrorCode, KafkaError
 
@@ -198,77 +206,6 @@ class ScramDeletion:
 
     user: str
     mechanism: ScramMechanism
-
-
-class AclResourceType(IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class PatternType(IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class AclOperation(IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-
-
-class AclPermissionType(IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
-
-
-@dataclass(frozen=True)
-class AclBinding:
-    """One ACL: ``principal`` from ``host`` may (ALLOW) or may not (DENY) ``operation``
-    on the resources the pattern matches."""
-
-    resource_type: AclResourceType
-    resource_name: str
-    pattern_type: PatternType
-    principal: str
-    host: str
-    operation: AclOperation
-    permission_type: AclPermissionType
-
-
-@dataclass(frozen=True)
-class AclBindingFilter:
-    """Matches ACLs; None and ANY match everything."""
-
-    resource_type: AclResourceType = AclResourceType.ANY
-    resource_name: str | None = None
-    pattern_type: PatternType = PatternType.ANY
-    principal: str | None = None
-    host: str | None = None
-    operation: AclOperation = AclOperation.ANY
-    permission_type: AclPermissionType = AclPermissionType.ANY
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,6 @@ NOT_YET_HONOURED = frozenset(
         "producer.id.expiration.ms",
         "ssl.endpoint.identification.algorithm",
         "ssl.protocol",
-        "ssl.principal.mapping.rules",
     }
 )
 """Configs that parse and validate but that no component acts on yet (later issues)."""
@@ -374,13 +373,25 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "Rules mapping a client certificate's subject DN to a principal name.", L, RO),
     # SASL (SASL_PLAINTEXT and SASL_SSL listeners)
     ConfigDef("sasl.enabled.mechanisms", T.LIST, ["GSSAPI"],
-              "SASL mechanisms a listener offers (kplane serves PLAIN).", M, BROKER),
+              "SASL mechanisms a listener offers (kplane serves PLAIN, SCRAM-SHA-256 and "
+              "SCRAM-SHA-512).", M, BROKER),
     ConfigDef("sasl.jaas.config", T.PASSWORD, None,
               "JAAS login context, e.g. PlainLoginModule with user_<name>=\"<password>\" "
               "options; also listener.name.<name>.<mechanism>.sasl.jaas.config.", M, BROKER),
     ConfigDef("connection.failed.authentication.delay.ms", T.INT, 100,
               "Delay before the answer to a failed authentication (and the close).", L, RO,
               at_least(0)),
+    # Authorization
+    ConfigDef("authorizer.class.name", T.STRING, "",
+              "Authorizer checking every request against ACLs in the metadata store: "
+              "kafka.security.authorizer.AclAuthorizer (or kplane's name for it, "
+              "broker.security.authorizer.AclAuthorizer). Empty: no authorization.", L, RO),
+    ConfigDef("super.users", T.STRING, "",
+              "Semicolon-separated principals allowed everything, e.g. User:admin;User:CN=b.",
+              L, RO),
+    ConfigDef("allow.everyone.if.no.acl.found", T.BOOLEAN, False,
+              "With an authorizer: whether a resource without any ACL is open to everyone.",
+              L, RO),
     # kplane
     ConfigDef("kplane.metrics.port", T.INT, -1,
               "Port of the Prometheus HTTP exposition; -1 turns it off, 0 picks a free port.",

@@ -19,6 +19,7 @@ from broker.metadata.store import (
 )
 
 PRODUCER_ID_BLOCK_SIZE = 1000
+CONFIG_CHANGE_RETENTION_MS = 15 * 60 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +205,7 @@ class KafkaMetadataClient:
         """Write the topic's config then its assignment (NodeExistsError if it exists)."""
         if self.store.exists(f"/brokers/topics/{topic}") is not None:
             raise NodeExistsError(topic)
-        self.set_topic_config(topic, configs)
+        self.set_entity_config("topics", topic, configs)
         self.store.create(f"/brokers/topics/{topic}", assignment.to_json(), makepath=True)
 
     def set_assignment(self, topic: str, assignment: TopicAssignment) -> None:
@@ -240,11 +241,36 @@ class KafkaMetadataClient:
             return {}
         return {str(k): str(v) for k, v in doc.get("config", {}).items()}
 
-    def set_topic_config(self, topic: str, configs: dict[str, str]) -> None:
-        """Write ``/config/topics/<topic>``."""
+    def set_entity_config(self, entity_type: str, name: str, configs: dict[str, str]) -> None:
+        """Write ``/config/<type>/<name>`` and announce it under ``/config/changes``."""
         self.store.set_or_create(
-            f"/config/topics/{topic}", json.dumps({"version": 1, "config": configs}).encode()
+            f"/config/{entity_type}/{name}",
+            json.dumps({"version": 1, "config": configs}).encode(),
         )
+        self.store.create(
+            "/config/changes/config_change_",
+            json.dumps({"version": 2, "entity_path": f"{entity_type}/{name}"}).encode(),
+            sequential=True,
+            makepath=True,
+        )
+        self._purge_config_changes()
+
+    def _purge_config_changes(self) -> None:
+        """Drop change notifications older than Kafka's 15 minutes."""
+        horizon = time.time() * 1000 - CONFIG_CHANGE_RETENTION_MS
+        for name in self.store.get_children("/config/changes"):
+            path = f"/config/changes/{name}"
+            stat = self.store.exists(path)
+            if stat is not None and stat.ctime_ms < horizon:
+                with contextlib.suppress(NoNodeError):
+                    self.store.delete(path)
+
+    def get_entities(self, entity_type: str) -> list[str]:
+        """Names under ``/config/<type>``."""
+        try:
+            return sorted(self.store.get_children(f"/config/{entity_type}"))
+        except NoNodeError:
+            return []
 
     # producer ids --------------------------------------------------------------------
     def next_producer_id_block(self, broker_id: int) -> range:

@@ -8,6 +8,7 @@ live as long as the store (the broker process).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import threading
@@ -47,6 +48,7 @@ class Stat:
     ephemeral: bool = False
     ctime_ms: int = 0
     mtime_ms: int = 0
+    cversion: int = 0
 
 
 class MetadataStore(ABC):
@@ -54,9 +56,16 @@ class MetadataStore(ABC):
 
     @abstractmethod
     def create(
-        self, path: str, data: bytes = b"", ephemeral: bool = False, makepath: bool = False
+        self,
+        path: str,
+        data: bytes = b"",
+        ephemeral: bool = False,
+        makepath: bool = False,
+        sequential: bool = False,
     ) -> str:
-        """Create ``path``; NodeExistsError if present, NoNodeError if the parent is missing."""
+        """Create ``path`` and return the path created; NodeExistsError if present,
+        NoNodeError if the parent is missing. ``sequential`` appends ZooKeeper's
+        ten-digit counter of the parent's child creations to the name."""
 
     @abstractmethod
     def get(self, path: str) -> tuple[bytes, Stat]:
@@ -139,7 +148,9 @@ class EmbeddedMetadataStore(MetadataStore):
             for part in _split(path):
                 node = node.children.setdefault(part, _Node(b"", Stat()))
             node.data = base64.b64decode(entry["data"])
-            node.stat = Stat(entry["version"], False, entry["ctime"], entry["mtime"])
+            node.stat = Stat(
+                entry["version"], False, entry["ctime"], entry["mtime"], entry.get("cversion", 0)
+            )
 
     def _save(self) -> None:
         if self._file is None:
@@ -156,6 +167,7 @@ class EmbeddedMetadataStore(MetadataStore):
                     "version": child.stat.version,
                     "ctime": child.stat.ctime_ms,
                     "mtime": child.stat.mtime_ms,
+                    "cversion": child.stat.cversion,
                 }
                 walk(child, child_path)
 
@@ -179,7 +191,12 @@ class EmbeddedMetadataStore(MetadataStore):
         return node
 
     def create(
-        self, path: str, data: bytes = b"", ephemeral: bool = False, makepath: bool = False
+        self,
+        path: str,
+        data: bytes = b"",
+        ephemeral: bool = False,
+        makepath: bool = False,
+        sequential: bool = False,
     ) -> str:
         parts = _split(path)
         if not parts:
@@ -196,13 +213,18 @@ class EmbeddedMetadataStore(MetadataStore):
                     now = _now_ms()
                     child = _Node(b"", Stat(0, False, now, now))
                     node.children[part] = child
+                    node.stat.cversion += 1
                     fired.append((self._child_watchers, walked or "/"))
                 node = child
                 walked += "/" + part
+            if sequential:
+                parts[-1] += f"{node.stat.cversion:010d}"
+                path = walked + "/" + parts[-1]
             if parts[-1] in node.children:
                 raise NodeExistsError(path)
             now = _now_ms()
             node.children[parts[-1]] = _Node(data, Stat(0, ephemeral, now, now))
+            node.stat.cversion += 1
             fired.append((self._child_watchers, walked or "/"))
             fired.append((self._data_watchers, path))
             if not ephemeral:
@@ -213,9 +235,7 @@ class EmbeddedMetadataStore(MetadataStore):
     def get(self, path: str) -> tuple[bytes, Stat]:
         with self._lock:
             node = self._find(path)
-            return node.data, Stat(
-                node.stat.version, node.stat.ephemeral, node.stat.ctime_ms, node.stat.mtime_ms
-            )
+            return node.data, dataclasses.replace(node.stat)
 
     def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         with self._lock:
@@ -227,9 +247,7 @@ class EmbeddedMetadataStore(MetadataStore):
             node.stat.mtime_ms = _now_ms()
             if not node.stat.ephemeral:
                 self._save()
-            stat = Stat(
-                node.stat.version, node.stat.ephemeral, node.stat.ctime_ms, node.stat.mtime_ms
-            )
+            stat = dataclasses.replace(node.stat)
         self._fire([(self._data_watchers, path)])
         return stat
 
@@ -243,6 +261,7 @@ class EmbeddedMetadataStore(MetadataStore):
             if node.children and not recursive:
                 raise NotEmptyError(path)
             del parent.children[parts[-1]]
+            parent.stat.cversion += 1
             self._save()
         parent_path = "/" + "/".join(parts[:-1])
         self._fire([(self._child_watchers, parent_path), (self._data_watchers, path)])

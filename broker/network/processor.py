@@ -22,7 +22,8 @@ import uvloop
 
 from broker.config.endpoint import EndPoint
 from broker.network.request_channel import Request, RequestChannel, Response
-from broker.network.tls import ANONYMOUS, principal_of
+from broker.network.tls import ANONYMOUS, ServerTls
+from broker.security.principal_mapping import NoMatchingRuleError
 from broker.security.sasl import PRE_AUTH_APIS, SASL_PROTOCOLS, SaslSession
 from protocol.framing import FrameDecoder, FrameTooLarge, InvalidRequestHeader, parse_request_header
 
@@ -54,8 +55,18 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        if self.processor.ssl_context is not None:
-            self.principal = principal_of(transport.get_extra_info("ssl_object"))
+        tls = self.processor.tls
+        if tls is not None:
+            try:
+                self.principal = tls.principal_of(transport.get_extra_info("ssl_object"))
+            except NoMatchingRuleError as exc:
+                log.warning(
+                    "closing connection: SSL authentication failed",
+                    connection=self.connection_id,
+                    listener=self.processor.endpoint.listener_name,
+                    reason=str(exc),
+                )
+                self.close()
 
     def data_received(self, data: bytes) -> None:
         started = time.monotonic_ns()
@@ -80,7 +91,7 @@ class KafkaConnection(asyncio.Protocol):
         """The client closed its side: requests it already sent are still processed (an
         acks=0 Produce is never dropped), then the connection closes."""
         self.peer_closed = True
-        if self.processor.ssl_context is not None:
+        if self.processor.tls is not None:
             return False  # TLS has no half-close: connection_lost finishes the queued requests
         return self.in_flight is not None or bool(self.pending)
 
@@ -159,10 +170,10 @@ class Processor:
         is_known_api: Callable[[int], bool],
         on_response_sent: RequestObserver | None = None,
         on_idle: IdleObserver | None = None,
-        ssl_context: ssl.SSLContext | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         self.id = processor_id
-        self.ssl_context = ssl_context
+        self.tls = tls
         self.endpoint = endpoint
         self.channel = channel
         self.max_request_size = max_request_size
@@ -238,11 +249,13 @@ class Processor:
 
         async def adopt() -> None:
             try:
-                await self.loop.connect_accepted_socket(lambda: conn, sock, ssl=self.ssl_context)
+                await self.loop.connect_accepted_socket(
+                    lambda: conn, sock, ssl=self.tls.context if self.tls else None
+                )
             except (OSError, ssl.SSLError) as exc:
                 log.warning(
                     "closing connection: TLS handshake failed"
-                    if self.ssl_context is not None
+                    if self.tls is not None
                     else "could not adopt connection",
                     connection=connection_id,
                     listener=self.endpoint.listener_name,

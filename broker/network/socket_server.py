@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import ssl
 import time
 from collections.abc import Callable, Mapping
 
@@ -14,6 +13,7 @@ from broker.config.endpoint import EndPoint
 from broker.network.acceptor import Acceptor, bind_listener
 from broker.network.processor import IdleObserver, Processor, RequestObserver
 from broker.network.request_channel import RequestChannel
+from broker.network.tls import ServerTls
 
 log = structlog.get_logger(__name__)
 
@@ -42,9 +42,9 @@ class SocketServer:
         is_known_api: Callable[[int], bool],
         on_response_sent: RequestObserver | None = None,
         idle_observer: Callable[[int, str], IdleObserver] | None = None,
-        ssl_contexts: Mapping[str, ssl.SSLContext] | None = None,
+        tls: Mapping[str, ServerTls] | None = None,
     ) -> None:
-        self._ssl_contexts = dict(ssl_contexts or {})
+        self._tls = dict(tls or {})
         self.listeners = listeners
         self.control_plane_listener_name = control_plane_listener_name
         self.config = config
@@ -116,7 +116,7 @@ class SocketServer:
             self._idle_observer(processor_id, endpoint.listener_name)
             if self._idle_observer
             else None,
-            self._ssl_contexts.get(endpoint.listener_name),
+            self._tls.get(endpoint.listener_name),
         )
 
     def all_processors(self) -> list[Processor]:

@@ -10,14 +10,17 @@ from __future__ import annotations
 import os
 import ssl
 import tempfile
+from dataclasses import dataclass
 from typing import Any
 
 from cryptography import x509
 
 from broker.config.definitions import Password
+from broker.config.endpoint import SecurityProtocol
 from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
 from broker.security.certs import load_keystore, load_truststore
+from broker.security.principal_mapping import SslPrincipalMapper
 
 ANONYMOUS = "User:ANONYMOUS"
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
@@ -111,11 +114,39 @@ def _load_chain(context: ssl.SSLContext, chain_pem: bytes, key_pem: bytes) -> No
         os.unlink(path)
 
 
-def principal_of(ssl_object: ssl.SSLObject | None) -> str:
-    """``User:<subject DN>`` of a client certificate (Kafka's DEFAULT mapping rule)."""
-    if ssl_object is None:
-        return ANONYMOUS
-    der = ssl_object.getpeercert(binary_form=True)
-    if not der:
-        return ANONYMOUS
-    return "User:" + x509.load_der_x509_certificate(der).subject.rfc4514_string()
+@dataclass(frozen=True)
+class ServerTls:
+    """One TLS listener: its SSLContext and how a client certificate becomes a principal."""
+
+    context: ssl.SSLContext
+    mapper: SslPrincipalMapper
+
+    def principal_of(self, ssl_object: ssl.SSLObject | None) -> str:
+        """``User:<name>`` of a client certificate's subject DN after
+        ``ssl.principal.mapping.rules``; ANONYMOUS without a certificate. Raises
+        NoMatchingRuleError when no rule applies (Kafka fails the authentication)."""
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if not der:
+            return ANONYMOUS
+        dn = x509.load_der_x509_certificate(der).subject.rfc4514_string()
+        return "User:" + self.mapper.get_name(dn)
+
+
+def server_tls(config: KafkaConfig) -> dict[str, ServerTls]:
+    """The TLS set-up of every SSL and SASL_SSL listener; ConfigException naming the key."""
+    out = {}
+    for endpoint in config.listeners:
+        if endpoint.security_protocol not in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL):
+            continue
+        name = endpoint.listener_name
+        rules = config.listener_get(name, "ssl.principal.mapping.rules")
+        try:
+            mapper = SslPrincipalMapper.from_rules(rules)
+        except ValueError as exc:
+            raise ConfigException(
+                f"listener.name.{name.lower()}.ssl.principal.mapping.rules (or "
+                f"ssl.principal.mapping.rules): {exc}",
+                name="ssl.principal.mapping.rules",
+            ) from exc
+        out[name] = ServerTls(server_ssl_context(config, name), mapper)
+    return out

@@ -1,30 +1,29 @@
-"""SASL on SASL_PLAINTEXT and SASL_SSL listeners: per-connection state and PLAIN.
+"""SASL on SASL_PLAINTEXT and SASL_SSL listeners: what each listener offers, per-connection state.
 
-Mechanisms come from ``sasl.enabled.mechanisms`` and their users from the JAAS login
-context (``listener.name.<l>.<mechanism>.sasl.jaas.config`` or ``sasl.jaas.config``).
+Mechanisms come from ``sasl.enabled.mechanisms``. PLAIN's users come from the JAAS login
+context (``listener.name.<l>.<mechanism>.sasl.jaas.config`` or ``sasl.jaas.config``);
+SCRAM's credentials from the metadata store.
 """
 
 from __future__ import annotations
 
-import hmac
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from broker.config.definitions import Password
 from broker.config.endpoint import SecurityProtocol
 from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
 from broker.network.tls import ANONYMOUS
-from broker.security.jaas import JaasError, parse_jaas_config
+from broker.security.jaas import JaasError, LoginModule, parse_jaas_config
+from broker.security.sasl_server import PlainServer, SaslServer
+from broker.security.scram import SCRAM_MECHANISMS, ScramCredentialStore, ScramServer
 
 PLAIN = "PLAIN"
-SUPPORTED_MECHANISMS = (PLAIN,)
+SUPPORTED_MECHANISMS = (PLAIN, *SCRAM_MECHANISMS)
 SASL_PROTOCOLS = (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL)
 # Before authentication a SASL connection may send only these (Kafka's rule).
 PRE_AUTH_APIS = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
-
-
-class SaslAuthenticationFailed(Exception):
-    """Credentials refused; the message goes to the client."""
 
 
 @dataclass
@@ -32,39 +31,22 @@ class SaslSession:
     """One connection's SASL state; only the request in flight touches it (muting)."""
 
     mechanism: str | None = None
+    server: SaslServer | None = None
     authenticated: bool = False
     principal: str = ANONYMOUS
 
 
 @dataclass(frozen=True)
-class PlainAuthenticator:
-    """SASL/PLAIN (RFC 4616) against the JAAS ``user_<name>="<password>"`` options."""
-
-    users: dict[str, str] = field(default_factory=dict)
-
-    def authenticate(self, token: bytes) -> str:
-        """The authenticated user name; SaslAuthenticationFailed otherwise."""
-        parts = token.split(b"\x00")
-        if len(parts) != 3:
-            raise SaslAuthenticationFailed("Invalid SASL/PLAIN request: expected 3 tokens")
-        authzid, user, password = (p.decode("utf-8", "replace") for p in parts)
-        if authzid and authzid != user:
-            raise SaslAuthenticationFailed("Authentication failed: Invalid authorization id")
-        expected = self.users.get(user)
-        if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
-            raise SaslAuthenticationFailed("Authentication failed: Invalid username or password")
-        return user
-
-
-@dataclass(frozen=True)
 class SaslListener:
-    """What one SASL listener offers."""
+    """What one SASL listener offers: its mechanisms, and a new server per exchange."""
 
     mechanisms: tuple[str, ...]
-    authenticators: dict[str, PlainAuthenticator]
+    servers: dict[str, Callable[[], SaslServer]]
 
 
-def sasl_listeners(config: KafkaConfig) -> dict[str, SaslListener]:
+def sasl_listeners(
+    config: KafkaConfig, credentials: ScramCredentialStore
+) -> dict[str, SaslListener]:
     """The SASL set-up of every SASL listener; ConfigException naming the key otherwise."""
     out: dict[str, SaslListener] = {}
     for endpoint in config.listeners:
@@ -77,26 +59,36 @@ def sasl_listeners(config: KafkaConfig) -> dict[str, SaslListener]:
             raise ConfigException(
                 f"listener.name.{name.lower()}.sasl.enabled.mechanisms (or "
                 f"sasl.enabled.mechanisms): {', '.join(unsupported) or 'none'} not supported "
-                f"by kplane yet (supported: {', '.join(SUPPORTED_MECHANISMS)})",
+                f"by kplane (supported: {', '.join(SUPPORTED_MECHANISMS)})",
                 name="sasl.enabled.mechanisms",
             )
-        authenticators = {}
+        servers: dict[str, Callable[[], SaslServer]] = {}
         for mechanism in mechanisms:
-            key = f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config"
-            value = config.sasl_jaas_config(name, mechanism)
-            text = value.value if isinstance(value, Password) else value
-            if not text:
-                raise ConfigException(
-                    f"{key} (or sasl.jaas.config): required for {mechanism} on listener {name}",
-                    name="sasl.jaas.config",
-                )
-            try:
-                module = parse_jaas_config(text)
-            except JaasError as exc:
-                raise ConfigException(f"{key}: {exc}", name="sasl.jaas.config") from exc
-            users = {
-                k[len("user_") :]: v for k, v in module.options.items() if k.startswith("user_")
-            }
-            authenticators[mechanism] = PlainAuthenticator(users)
-        out[name] = SaslListener(mechanisms, authenticators)
+            module = _jaas_module(config, name, mechanism)
+            if mechanism == PLAIN:
+                users = {
+                    k[len("user_") :]: v for k, v in module.options.items() if k.startswith("user_")
+                }
+                servers[mechanism] = lambda users=users: PlainServer(users)  # type: ignore[misc]
+            else:
+                servers[mechanism] = lambda m=mechanism: ScramServer(m, credentials)  # type: ignore[misc]
+        out[name] = SaslListener(mechanisms, servers)
     return out
+
+
+def _jaas_module(config: KafkaConfig, listener: str, mechanism: str) -> LoginModule:
+    """The listener's JAAS login module for ``mechanism``; required for PLAIN's users."""
+    key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    value = config.sasl_jaas_config(listener, mechanism)
+    text = value.value if isinstance(value, Password) else value
+    if not text:
+        if mechanism == PLAIN:
+            raise ConfigException(
+                f"{key} (or sasl.jaas.config): required for {mechanism} on listener {listener}",
+                name="sasl.jaas.config",
+            )
+        return LoginModule("", "required")
+    try:
+        return parse_jaas_config(text)
+    except JaasError as exc:
+        raise ConfigException(f"{key}: {exc}", name="sasl.jaas.config") from exc

@@ -5,14 +5,21 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import structlog
 
 from broker.config.endpoint import SecurityProtocol
 from broker.network.request_channel import Request, RequestChannel, Response
+from broker.security.acl import CLUSTER_NAME, AclOperation, AclResourceType
 from protocol import api
 from protocol.framing import response_frame_prefix
 
+if TYPE_CHECKING:
+    from broker.security.authorizer import AclAuthorizer
+
 E = TypeVar("E")
+log = structlog.get_logger(__name__)
 
 
 class RequestContext:
@@ -22,12 +29,19 @@ class RequestContext:
     a purgatory answers later from the thread that completes it.
     """
 
-    __slots__ = ("_answered", "_channel", "_lock", "body", "request")
+    __slots__ = ("_answered", "_authorizer", "_channel", "_lock", "body", "request")
 
-    def __init__(self, request: Request, body: Any, channel: RequestChannel) -> None:
+    def __init__(
+        self,
+        request: Request,
+        body: Any,
+        channel: RequestChannel,
+        authorizer: AclAuthorizer | None = None,
+    ) -> None:
         self.request = request
         self.body = body
         self._channel = channel
+        self._authorizer = authorizer
         self._answered = False
         self._lock = threading.Lock()
 
@@ -54,6 +68,44 @@ class RequestContext:
     @property
     def principal(self) -> str:
         return self.request.principal
+
+    @property
+    def authorization_enabled(self) -> bool:
+        return self._authorizer is not None
+
+    def authorized(
+        self,
+        operation: AclOperation,
+        resource_type: AclResourceType,
+        name: str = CLUSTER_NAME,
+        log_denied: bool = True,
+    ) -> bool:
+        """Whether this request's principal may do ``operation`` on the resource (always,
+        without an authorizer). The cluster is the default resource; filtering checks
+        (which topics a listing shows) pass ``log_denied=False``."""
+        authorizer = self._authorizer
+        if authorizer is None:
+            return True
+        allowed = authorizer.authorize(
+            self.principal, self.request.client_host, operation, resource_type, name
+        )
+        if not allowed and log_denied:
+            log.info(
+                "authorization denied",
+                principal=self.principal,
+                host=self.request.client_host,
+                operation=operation.name,
+                resource=f"{resource_type.name}:{name}",
+                api=api.API_NAMES.get(self.api_key),
+            )
+        return allowed
+
+    def authorized_any(self, operation: AclOperation, resource_type: AclResourceType) -> bool:
+        """Whether the principal may do ``operation`` on some resource of the type."""
+        authorizer = self._authorizer
+        return authorizer is None or authorizer.any_allowed(
+            self.principal, self.request.client_host, operation, resource_type
+        )
 
     @property
     def response_module(self) -> ModuleType:

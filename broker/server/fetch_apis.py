@@ -8,6 +8,7 @@ from typing import Any
 
 from broker.log.partition import TopicPartition
 from broker.metadata.cache import MetadataCache
+from broker.security.acl import AclOperation, AclResourceType
 from broker.server.context import Handler, RequestContext
 from broker.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 from broker.server.replica_manager import ReadResult, ReplicaManager
@@ -29,9 +30,11 @@ class FetchPartitionSpec:
     """One partition of a fetch request, resolved to a name."""
 
     topic_key: Any  # the topic name, or its id for v13+
-    tp: TopicPartition | None
+    tp: TopicPartition | None  # None: the topic is unknown or may not be read
     offset: int
     max_bytes: int
+    partition: int
+    error: ErrorCode = ErrorCode.unknown_topic_id
 
 
 class DelayedFetch(DelayedOperation):
@@ -95,10 +98,19 @@ class FetchApis:
         for topic in req.topics:
             key = topic.topic_id if by_id else topic.topic
             name = self.cache.topic_name(key) if by_id else key
+            readable = name is not None and ctx.authorized(
+                AclOperation.READ, AclResourceType.TOPIC, name
+            )
+            error = (
+                ErrorCode.unknown_topic_id if name is None else ErrorCode.topic_authorization_failed
+            )
             for p in topic.partitions:
-                tp = TopicPartition(name, int(p.partition)) if name is not None else None
+                index = int(p.partition)
+                tp = TopicPartition(name, index) if readable and name is not None else None
                 specs.append(
-                    FetchPartitionSpec(key, tp, int(p.fetch_offset), int(p.partition_max_bytes))
+                    FetchPartitionSpec(
+                        key, tp, int(p.fetch_offset), int(p.partition_max_bytes), index, error
+                    )
                 )
         max_wait_ms = req.max_wait.total_seconds() * 1000.0
         if max_wait_ms <= 0 or int(req.min_bytes) <= 0 or not specs:
@@ -117,7 +129,7 @@ class FetchApis:
         first_data = True
         for spec in specs:
             if spec.tp is None:
-                result = ReadResult(ErrorCode.unknown_topic_id)
+                result = ReadResult(spec.error)
             else:
                 result = self.replica_manager.read(
                     spec.tp, spec.offset, min(spec.max_bytes, remaining), first_data
@@ -128,7 +140,7 @@ class FetchApis:
                 remaining = max(0, remaining - size)
             partition = ctx.make(
                 "PartitionData",
-                partition_index=spec.tp.partition if spec.tp else 0,
+                partition_index=spec.partition,
                 error_code=result.error,
                 high_watermark=result.high_watermark,
                 last_stable_offset=result.high_watermark,
@@ -158,9 +170,14 @@ class FetchApis:
         topics = []
         for topic in ctx.body.topics:
             parts = []
+            describable = ctx.authorized(AclOperation.DESCRIBE, AclResourceType.TOPIC, topic.name)
             for p in topic.partitions:
-                error, offset, timestamp, epoch = self._offset_for(
-                    TopicPartition(topic.name, int(p.partition_index)), int(p.timestamp)
+                error, offset, timestamp, epoch = (
+                    self._offset_for(
+                        TopicPartition(topic.name, int(p.partition_index)), int(p.timestamp)
+                    )
+                    if describable
+                    else (ErrorCode.topic_authorization_failed, -1, -1, -1)
                 )
                 parts.append(
                     ctx.make(

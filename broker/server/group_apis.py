@@ -34,6 +34,7 @@ from broker.group.group_metadata import (
     SyncGroupResult,
     TopicPartition,
 )
+from broker.security.acl import AclOperation, AclResourceType
 from broker.server.context import Handler, RequestContext
 
 log = structlog.get_logger(__name__)
@@ -71,6 +72,18 @@ def _nested(ctx: RequestContext, *names: str) -> str:
     raise LookupError(f"none of {names} in {module.__name__}")
 
 
+def _needs_group_read(handler: Handler) -> Handler:
+    """Answer GROUP_AUTHORIZATION_FAILED unless the principal may read the request's group."""
+
+    def guarded(ctx: RequestContext) -> None:
+        if ctx.authorized(AclOperation.READ, AclResourceType.GROUP, ctx.body.group_id):
+            handler(ctx)
+        else:
+            ctx.respond(ctx.make_response(error_code=ErrorCode.group_authorization_failed))
+
+    return guarded
+
+
 class GroupApis:
     """ApiFamily for the group coordinator's APIs.
 
@@ -91,10 +104,10 @@ class GroupApis:
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
-            JOIN_GROUP: self.join_group,
-            SYNC_GROUP: self.sync_group,
-            HEARTBEAT: self.heartbeat,
-            LEAVE_GROUP: self.leave_group,
+            JOIN_GROUP: _needs_group_read(self.join_group),
+            SYNC_GROUP: _needs_group_read(self.sync_group),
+            HEARTBEAT: _needs_group_read(self.heartbeat),
+            LEAVE_GROUP: _needs_group_read(self.leave_group),
             OFFSET_COMMIT: self.offset_commit,
             OFFSET_FETCH: self.offset_fetch,
             LIST_GROUPS: self.list_groups,
@@ -240,12 +253,18 @@ class GroupApis:
         # Request order of (name, id, partitions) for the response; name is None for an
         # unknown topic id.
         order: list[tuple[str | None, uuid.UUID | None, list[int]]] = []
+        group_denied = not ctx.authorized(AclOperation.READ, AclResourceType.GROUP, req.group_id)
+        denied: set[str] = set()
         for topic in req.topics:
             name, topic_id = self._topic_of(topic)
+            if name is not None and (
+                group_denied or not ctx.authorized(AclOperation.READ, AclResourceType.TOPIC, name)
+            ):
+                denied.add(name)
             partitions = []
             for p in topic.partitions:
                 partitions.append(p.partition_index)
-                if name is None:
+                if name is None or name in denied:
                     continue
                 offsets[TopicPartition(name, p.partition_index)] = OffsetAndMetadata(
                     offset=p.committed_offset,
@@ -259,8 +278,12 @@ class GroupApis:
             for name, topic_id, partitions in order:
                 parts = []
                 for index in partitions:
-                    if name is None:
+                    if group_denied:
+                        error = ErrorCode.group_authorization_failed
+                    elif name is None:
                         error = ErrorCode.unknown_topic_id
+                    elif name in denied:
+                        error = ErrorCode.topic_authorization_failed
                     else:
                         error = errors.get(TopicPartition(name, index), ErrorCode.none)
                     parts.append(
@@ -356,6 +379,9 @@ class GroupApis:
                 if last:
                     finish()
 
+            if not ctx.authorized(AclOperation.DESCRIBE, AclResourceType.GROUP, group_id):
+                done(OffsetFetchResult(ErrorCode.group_authorization_failed, {}))
+                continue
             partitions = None
             if wanted is not None:
                 partitions = [
@@ -382,7 +408,8 @@ class GroupApis:
         if wanted is None:  # every committed partition
             by_topic: dict[str, list[Any]] = {}
             for tp, data in result.partitions.items():
-                by_topic.setdefault(tp.topic, []).append(partition(tp.partition, data))
+                if ctx.authorized(AclOperation.DESCRIBE, AclResourceType.TOPIC, tp.topic, False):
+                    by_topic.setdefault(tp.topic, []).append(partition(tp.partition, data))
             return tuple(
                 ctx.make(
                     topic_entity,
@@ -395,11 +422,16 @@ class GroupApis:
         topics = []
         for name, topic_id, indexes in wanted:
             parts = []
+            describable = name is not None and ctx.authorized(
+                AclOperation.DESCRIBE, AclResourceType.TOPIC, name
+            )
             for index in indexes:
                 if name is None:
                     data = OffsetFetchPartition(error=ErrorCode.unknown_topic_id)
                 elif group_error is not ErrorCode.none:
                     data = OffsetFetchPartition(error=group_error)
+                elif not describable:
+                    data = OffsetFetchPartition(error=ErrorCode.topic_authorization_failed)
                 else:
                     data = result.partitions.get(
                         TopicPartition(name, index), OffsetFetchPartition()
@@ -418,6 +450,16 @@ class GroupApis:
     def offset_delete(self, ctx: RequestContext) -> None:
         req = ctx.body
         order = [(t.name, [p.partition_index for p in t.partitions]) for t in req.topics]
+        if not ctx.authorized(AclOperation.DELETE, AclResourceType.GROUP, req.group_id):
+            ctx.respond(
+                ctx.make_response(error_code=ErrorCode.group_authorization_failed, topics=())
+            )
+            return
+        denied = {
+            name
+            for name, _ in order
+            if not ctx.authorized(AclOperation.READ, AclResourceType.TOPIC, name)
+        }
 
         def done(result: OffsetDeleteResult) -> None:
             if result.error is not ErrorCode.none:
@@ -431,9 +473,9 @@ class GroupApis:
                         ctx.make(
                             "OffsetDeleteResponsePartition",
                             partition_index=index,
-                            error_code=result.partitions.get(
-                                TopicPartition(name, index), ErrorCode.none
-                            ),
+                            error_code=ErrorCode.topic_authorization_failed
+                            if name in denied
+                            else result.partitions.get(TopicPartition(name, index), ErrorCode.none),
                         )
                         for index in indexes
                     ),
@@ -442,15 +484,31 @@ class GroupApis:
             )
             ctx.respond(ctx.make_response(error_code=ErrorCode.none, topics=topics))
 
-        partitions = [TopicPartition(name, index) for name, indexes in order for index in indexes]
+        partitions = [
+            TopicPartition(name, index)
+            for name, indexes in order
+            if name not in denied
+            for index in indexes
+        ]
         self.coordinator.delete_offsets(req.group_id, partitions, done)
 
     # -- admin ----------------------------------------------------------------------------
 
     def list_groups(self, ctx: RequestContext) -> None:
         req = ctx.body
+        everything = ctx.authorized(
+            AclOperation.DESCRIBE, AclResourceType.CLUSTER, log_denied=False
+        )
 
         def done(groups: list[GroupOverview]) -> None:
+            if not everything:
+                groups = [
+                    g
+                    for g in groups
+                    if ctx.authorized(
+                        AclOperation.DESCRIBE, AclResourceType.GROUP, g.group_id, False
+                    )
+                ]
             ctx.respond(
                 ctx.make_response(
                     error_code=ErrorCode.none,
@@ -506,7 +564,21 @@ class GroupApis:
             )
             ctx.respond(ctx.make_response(groups=described))
 
-        self.coordinator.describe_groups(list(req.groups), done)
+        allowed = [
+            g for g in req.groups if ctx.authorized(AclOperation.DESCRIBE, AclResourceType.GROUP, g)
+        ]
+
+        def with_denied(groups: list[GroupDescription]) -> None:
+            by_id = {g.group_id: g for g in groups}
+            done(
+                [
+                    by_id.get(g)
+                    or GroupDescription(g, "", "", "", error=ErrorCode.group_authorization_failed)
+                    for g in req.groups
+                ]
+            )
+
+        self.coordinator.describe_groups(allowed, with_denied)
 
     def delete_groups(self, ctx: RequestContext) -> None:
         req = ctx.body
@@ -521,4 +593,13 @@ class GroupApis:
                 )
             )
 
-        self.coordinator.delete_groups(list(req.groups_names), done)
+        allowed = [
+            g
+            for g in req.groups_names
+            if ctx.authorized(AclOperation.DELETE, AclResourceType.GROUP, g)
+        ]
+
+        def with_denied(errors: dict[str, ErrorCode]) -> None:
+            done({g: errors.get(g, ErrorCode.group_authorization_failed) for g in req.groups_names})
+
+        self.coordinator.delete_groups(allowed, with_denied)

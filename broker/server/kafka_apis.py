@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 import structlog
 
 from broker.network.request_channel import Request, RequestChannel, Response
+from broker.security.authorizer import AclAuthorizer
 from broker.server.api_versions import api_versions_response
 from broker.server.context import ApiFamily, Handler, RequestContext
 from protocol import api
@@ -21,7 +22,10 @@ API_VERSIONS_KEY = 18
 class KafkaApis:
     """One table from api key to handler, filled by API families; serves every plane."""
 
-    def __init__(self, families: Iterable[ApiFamily]) -> None:
+    def __init__(
+        self, families: Iterable[ApiFamily], authorizer: AclAuthorizer | None = None
+    ) -> None:
+        self.authorizer = authorizer
         self.handlers: dict[int, Handler] = {}
         for family in families:
             for key, handler in family.handlers().items():
@@ -68,7 +72,7 @@ class KafkaApis:
             )
             channel.send_response(Response(request, None, close_connection=True))
             return
-        ctx = RequestContext(request, body, channel)
+        ctx = RequestContext(request, body, channel, self.authorizer)
         try:
             self.handlers[header.api_key](ctx)
         except Exception:

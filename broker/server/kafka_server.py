@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import ssl
 import threading
 import time
 import uuid
@@ -12,7 +11,7 @@ from collections.abc import Callable
 
 import structlog
 
-from broker.config.endpoint import EndPoint, SecurityProtocol
+from broker.config.endpoint import EndPoint
 from broker.config.kafka_config import KafkaConfig
 from broker.controller.controller import KafkaController
 from broker.group.coordinator import GroupConfig, GroupCoordinator
@@ -31,8 +30,11 @@ from broker.metrics import (
 )
 from broker.network.request_channel import CONTROL_PLANE_QUEUE_SIZE, RequestChannel
 from broker.network.socket_server import SocketServer, SocketServerConfig
-from broker.network.tls import server_ssl_context
+from broker.network.tls import server_tls
+from broker.security.authorizer import authorizer_from_config
 from broker.security.sasl import sasl_listeners
+from broker.security.scram import ScramCredentialStore
+from broker.server.acl_apis import AclApis
 from broker.server.admin_manager import AdminManager, TopicDefaults
 from broker.server.api_versions import ApiVersionsApi
 from broker.server.context import ApiFamily
@@ -46,21 +48,13 @@ from broker.server.replica_manager import ReplicaManager
 from broker.server.request_handler import RequestHandlerPool
 from broker.server.request_metrics import RequestMetricsObserver
 from broker.server.sasl_apis import SaslApis
+from broker.server.scram_apis import ScramApis
 from broker.server.timer import SystemTimer
 from broker.server.topic_apis import TopicApis
 
 log = structlog.get_logger(__name__)
 
 SHUTDOWN_DRAIN_SECONDS = 3.0
-
-
-def tls_contexts(config: KafkaConfig) -> dict[str, ssl.SSLContext]:
-    """An SSLContext per SSL and SASL_SSL listener."""
-    return {
-        endpoint.listener_name: server_ssl_context(config, endpoint.listener_name)
-        for endpoint in config.listeners
-        if endpoint.security_protocol in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
-    }
 
 
 class KafkaServer:
@@ -82,12 +76,14 @@ class KafkaServer:
         """Start every component; raises (and cleans up) when the broker cannot start."""
         config = self.config
         # Before anything starts: a bad keystore or JAAS config stops start-up here.
-        ssl_contexts = tls_contexts(config)
-        self.sasl_listeners = sasl_listeners(config)
+        tls = server_tls(config)
         log_dir = config.log_dirs[0]
         os.makedirs(log_dir, exist_ok=True)
         self.store = self._store or EmbeddedMetadataStore(log_dir)
         self.client = KafkaMetadataClient(self.store)
+        self.scram_credentials = ScramCredentialStore(self.client)
+        self.sasl_listeners = sasl_listeners(config, self.scram_credentials)
+        self.authorizer = authorizer_from_config(config, self.store)
         self.cluster_id = self.client.get_or_create_cluster_id()
         self.cache = MetadataCache(self.cluster_id, self.broker_id)
         self.timer = SystemTimer()
@@ -119,7 +115,7 @@ class KafkaServer:
             self.timer,
             self._partition_exists,
         )
-        self.apis = KafkaApis(self._api_families())
+        self.apis = KafkaApis(self._api_families(), self.authorizer)
         self.data_channel = RequestChannel(int(config.get("queued.max.requests")), DATA_PLANE)
         self.control_channel = (
             RequestChannel(CONTROL_PLANE_QUEUE_SIZE, CONTROL_PLANE)
@@ -142,7 +138,7 @@ class KafkaServer:
             self.apis.is_known_api,
             observer.on_response_sent,
             self._processor_idle_meter,
-            ssl_contexts,
+            tls,
         )
         self.handler_pool = self._handler_pool(
             self.data_channel, int(config.get("num.io.threads")), REQUEST_HANDLER_AVG_IDLE_PERCENT
@@ -163,6 +159,8 @@ class KafkaServer:
             self.handler_pool.start()
             if self.control_handler_pool:
                 self.control_handler_pool.start()
+            if self.authorizer is not None:
+                self.authorizer.startup()
             self._register()
             self.controller = KafkaController(
                 self.broker_id,
@@ -217,6 +215,8 @@ class KafkaServer:
                 self.timer,
                 int(self.config.get("connection.failed.authentication.delay.ms")),
             ),
+            AclApis(self.authorizer),
+            ScramApis(self.scram_credentials),
             GroupApis(
                 self.group_coordinator,
                 topic_name_of=self.cache.topic_name,

@@ -12,6 +12,7 @@ from typing import Any
 import structlog
 
 from broker.metadata.cache import MetadataCache, TopicInfo
+from broker.security.acl import AclOperation, AclResourceType
 from broker.server.admin_manager import AdminManager, validate_topic_name
 from broker.server.context import Handler, RequestContext
 from protocol.errors import ErrorCode, KafkaError
@@ -54,7 +55,12 @@ class MetadataApis:
         snapshot = self.cache.snapshot
         requested = req.topics
         if requested is None or (version == 0 and not requested):
-            wanted: list[tuple[str | None, Any]] = [(t, None) for t in sorted(snapshot.topics)]
+            # Listing every topic shows only those the principal may describe.
+            wanted: list[tuple[str | None, Any]] = [
+                (t, None)
+                for t in sorted(snapshot.topics)
+                if ctx.authorized(AclOperation.DESCRIBE, AclResourceType.TOPIC, t, False)
+            ]
         else:
             wanted = []
             for t in requested:
@@ -80,10 +86,18 @@ class MetadataApis:
         info: TopicInfo | None = None
         if name is None:
             error = ErrorCode.unknown_topic_id
+        elif not ctx.authorized(AclOperation.DESCRIBE, AclResourceType.TOPIC, name):
+            error = ErrorCode.topic_authorization_failed
         else:
             info = self.cache.topic(name)
             if info is None:
-                error, info = self._missing_topic(name, allow_auto)
+                may_create = ctx.authorized(
+                    AclOperation.CREATE, AclResourceType.CLUSTER, log_denied=False
+                ) or ctx.authorized(AclOperation.CREATE, AclResourceType.TOPIC, name)
+                if allow_auto and not may_create:
+                    error = ErrorCode.topic_authorization_failed
+                else:
+                    error, info = self._missing_topic(name, allow_auto)
         partitions = tuple(self._partitions(ctx, info)) if info else ()
         return ctx.make(
             "MetadataResponseTopic",
@@ -161,11 +175,16 @@ class MetadataApis:
     # DescribeCluster -----------------------------------------------------------------
     def handle_describe_cluster(self, ctx: RequestContext) -> None:
         endpoint_type = getattr(ctx.body, "endpoint_type", 1)
-        if endpoint_type != 1:
+        denied = not ctx.authorized(AclOperation.DESCRIBE, AclResourceType.CLUSTER)
+        if endpoint_type != 1 or denied:
             ctx.respond(
                 ctx.make_response(
-                    error_code=ErrorCode.unsupported_endpoint_type,
-                    error_message=f"endpoint type {endpoint_type} is not supported by a broker",
+                    error_code=ErrorCode.cluster_authorization_failed
+                    if denied
+                    else ErrorCode.unsupported_endpoint_type,
+                    error_message=None
+                    if denied
+                    else f"endpoint type {endpoint_type} is not supported by a broker",
                     endpoint_type=endpoint_type,
                     cluster_id=self.cache.snapshot.cluster_id,
                     controller_id=-1,
@@ -191,16 +210,24 @@ class MetadataApis:
         req = ctx.body
         if ctx.api_version >= 4:
             coordinators = tuple(
-                ctx.make("Coordinator", key=key, **self._coordinator(ctx, req.key_type))
+                ctx.make("Coordinator", key=key, **self._coordinator(ctx, req.key_type, key))
                 for key in req.coordinator_keys
             )
             ctx.respond(ctx.make_response(coordinators=coordinators))
             return
         key_type = getattr(req, "key_type", GROUP_KEY_TYPE)
-        ctx.respond(ctx.make_response(**self._coordinator(ctx, key_type)))
+        ctx.respond(ctx.make_response(**self._coordinator(ctx, key_type, req.key)))
 
-    def _coordinator(self, ctx: RequestContext, key_type: int) -> dict[str, Any]:
+    def _coordinator(self, ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
         not_found = {"node_id": -1, "host": "", "port": -1}
+        if key_type == GROUP_KEY_TYPE and not ctx.authorized(
+            AclOperation.DESCRIBE, AclResourceType.GROUP, key
+        ):
+            return {
+                "error_code": ErrorCode.group_authorization_failed,
+                "error_message": None,
+                **not_found,
+            }
         if key_type != GROUP_KEY_TYPE:
             return {
                 "error_code": ErrorCode.coordinator_not_available,

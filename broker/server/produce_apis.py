@@ -11,6 +11,7 @@ import structlog
 
 from broker.log.partition import TopicPartition
 from broker.metadata.cache import MetadataCache
+from broker.security.acl import AclOperation, AclResourceType
 from broker.server.context import Handler, RequestContext
 from broker.server.replica_manager import AppendResult, ReplicaManager
 from protocol.errors import ErrorCode
@@ -62,6 +63,9 @@ class ProduceApis:
         any_error = False
         for topic in req.topic_data:
             name = self.cache.topic_name(topic.topic_id) if by_id else topic.name
+            writable = name is not None and ctx.authorized(
+                AclOperation.WRITE, AclResourceType.TOPIC, name
+            )
             partitions_out = []
             for pd in topic.partition_data:
                 if acks not in (0, 1, -1):
@@ -70,6 +74,8 @@ class ProduceApis:
                     )
                 elif name is None:
                     result = AppendResult(ErrorCode.unknown_topic_id, "unknown topic id")
+                elif not writable:
+                    result = AppendResult(ErrorCode.topic_authorization_failed, None)
                 else:
                     result = self.replica_manager.append(
                         TopicPartition(name, pd.index), pd.records, acks
@@ -122,6 +128,21 @@ class ProduceApis:
             log.info(
                 "transactional producer refused: transactions are not supported yet",
                 transactional_id=req.transactional_id,
+            )
+            return
+        if not (
+            ctx.authorized(AclOperation.IDEMPOTENT_WRITE, AclResourceType.CLUSTER, log_denied=False)
+            or ctx.authorized_any(AclOperation.WRITE, AclResourceType.TOPIC)
+        ):
+            log.info(
+                "idempotent producer refused: no IdempotentWrite or Write", principal=ctx.principal
+            )
+            ctx.respond(
+                ctx.make_response(
+                    error_code=ErrorCode.cluster_authorization_failed,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                )
             )
             return
         pid = self.producer_ids.generate()

@@ -1,7 +1,8 @@
 """SaslHandshake and SaslAuthenticate: authenticate a SASL connection, once.
 
-Only SaslHandshake v1 with SaslAuthenticate is served as an exchange: after a v0 handshake
-Kafka expects raw SASL tokens without Kafka framing, which kplane does not speak.
+The exchange runs in SaslAuthenticate requests, one or more (SCRAM takes two). After a
+SaslHandshake v0 Kafka expects raw SASL tokens without Kafka framing, which kplane does
+not speak: such a client's first token is refused as a malformed request.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from collections.abc import Mapping
 
 import structlog
 
-from broker.security.sasl import SaslAuthenticationFailed, SaslListener
+from broker.security.sasl import SaslListener
+from broker.security.sasl_server import SaslAuthenticationFailed
 from broker.server.context import Handler, RequestContext
 from broker.server.timer import SystemTimer
 from protocol.errors import ErrorCode
@@ -60,6 +62,7 @@ class SaslApis:
             )
             return
         session.mechanism = mechanism
+        session.server = listener.servers[mechanism]()
         ctx.respond(ctx.make_response(error_code=ErrorCode.none, mechanisms=mechanisms))
 
     def handle_authenticate(self, ctx: RequestContext) -> None:
@@ -75,7 +78,7 @@ class SaslApis:
                 )
             )
             return
-        if session.mechanism is None:
+        if session.server is None:
             ctx.respond(
                 ctx.make_response(
                     error_code=ErrorCode.illegal_sasl_state,
@@ -85,15 +88,16 @@ class SaslApis:
                 close_connection=True,
             )
             return
-        authenticator = listener.authenticators[session.mechanism]
+        server = session.server
         try:
-            user = authenticator.authenticate(bytes(ctx.body.auth_bytes))
+            challenge = server.evaluate(bytes(ctx.body.auth_bytes))
         except SaslAuthenticationFailed as exc:
             log.info(
                 "SASL authentication failed",
                 listener=ctx.listener_name,
                 client=f"{ctx.request.client_host}:{ctx.request.client_port}",
                 mechanism=session.mechanism,
+                user=server.user,
                 reason=str(exc),
             )
             response = ctx.make_response(
@@ -106,8 +110,10 @@ class SaslApis:
                 self.failure_delay_ms, lambda: ctx.respond(response, close_connection=True)
             )
             return
-        session.authenticated = True
-        session.principal = f"User:{user}"
+        if server.complete:
+            session.authenticated = True
+            session.principal = f"User:{server.user}"
+            session.server = None
         ctx.respond(
-            ctx.make_response(error_code=ErrorCode.none, error_message=None, auth_bytes=b"")
+            ctx.make_response(error_code=ErrorCode.none, error_message=None, auth_bytes=challenge)
         )

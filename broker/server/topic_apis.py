@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker.metadata.cache import MetadataCache
+from broker.security.acl import AclOperation, AclResourceType
 from broker.server.admin_manager import AdminManager
 from broker.server.context import Handler, RequestContext
 from protocol.errors import ErrorCode, KafkaError
@@ -35,6 +36,9 @@ class TopicApis:
     def handle_create_topics(self, ctx: RequestContext) -> None:
         req = ctx.body
         names = [t.name for t in req.topics]
+        cluster_create = ctx.authorized(
+            AclOperation.CREATE, AclResourceType.CLUSTER, log_denied=False
+        )
         results = []
         for topic in req.topics:
             values: dict[str, Any] = {"name": topic.name, "configs": None}
@@ -44,6 +48,10 @@ class TopicApis:
                         ErrorCode.invalid_request,
                         f"Create topics request contains duplicate topic name {topic.name}",
                     )
+                if not cluster_create and not ctx.authorized(
+                    AclOperation.CREATE, AclResourceType.TOPIC, topic.name
+                ):
+                    raise KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
                 configs = {c.name: c.value for c in topic.configs if c.value is not None}
                 assignment = self.admin.create_topic(
                     topic.name,
@@ -102,6 +110,8 @@ class TopicApis:
                     )
                 if name is None:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} not found")
+                if not ctx.authorized(AclOperation.DELETE, AclResourceType.TOPIC, name):
+                    raise KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
                 topic_id = self.admin.delete_topic(name)
             except KafkaError as exc:
                 error, message = exc.code, exc.message
@@ -122,6 +132,8 @@ class TopicApis:
         for topic in req.topics:
             error, message = ErrorCode.none, None
             try:
+                if not ctx.authorized(AclOperation.ALTER, AclResourceType.TOPIC, topic.name):
+                    raise KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
                 assignments = (
                     [list(a.broker_ids) for a in topic.assignments]
                     if topic.assignments is not None

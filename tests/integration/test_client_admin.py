@@ -1,7 +1,7 @@
 """kplane's own Admin client: topics, partitions, cluster and offsets against an in-process
-broker; the config, SCRAM and ACL calls (which today's broker does not serve) raise
-UnsupportedApi there, and their requests are checked against every kio version through a
-stand-in client."""
+broker; the config calls (which today's broker does not serve) raise UnsupportedApi there.
+The config, SCRAM and ACL requests are checked against every kio version through a
+stand-in client; tests/integration/test_authorization.py drives SCRAM and ACLs for real."""
 
 from __future__ import annotations
 
@@ -228,21 +228,6 @@ UNSERVED: list[tuple[str, str, Callable[[Admin], Any]]] = [
         "IncrementalAlterConfigs",
         lambda a: a.incremental_alter_configs({BROKER0: [AlterConfigOp("log.retention.ms", "1")]}),
     ),
-    (
-        "describe_user_scram_credentials",
-        "DescribeUserScramCredentials",
-        lambda a: a.describe_user_scram_credentials(["alice"]),
-    ),
-    (
-        "alter_user_scram_credentials",
-        "AlterUserScramCredentials",
-        lambda a: a.alter_user_scram_credentials(
-            [ScramUpsertion("alice", ScramMechanism.SCRAM_SHA_256, "secret")]
-        ),
-    ),
-    ("create_acls", "CreateAcls", lambda a: a.create_acls([BINDING])),
-    ("describe_acls", "DescribeAcls", lambda a: a.describe_acls()),
-    ("delete_acls", "DeleteAcls", lambda a: a.delete_acls([AclBindingFilter()])),
 ]
 
 

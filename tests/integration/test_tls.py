@@ -152,3 +152,43 @@ def test_bad_keystore_stops_start_up_with_one_line(tmp_path, pki) -> None:
     errors = [line for line in done.stderr.splitlines() if '"level": "error"' in line]
     assert len(errors) == 1, done.stderr
     assert "JKS" in errors[0] and "keytool" in errors[0]
+
+
+def test_principal_mapping_rules_name_the_authorized_principal(broker_factory, pki) -> None:
+    broker = _tls_broker(
+        broker_factory,
+        pki,
+        client_auth="required",
+        **{
+            "ssl.principal.mapping.rules": "RULE:^CN=([^,]+),OU=test,.*$/$1/U,DEFAULT",
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "super.users": "User:KPLANE-CLIENT",
+        },
+    )
+    principals: list[str] = []
+    original = broker.server.apis.handlers[3]
+
+    def spy(ctx) -> None:  # type: ignore[no-untyped-def]
+        principals.append(ctx.principal)
+        original(ctx)
+
+    broker.server.apis.handlers[3] = spy
+    assert len(numbered_round_trip(_confluent_ssl(broker, pki), "mapped", 5)) == 5
+    assert set(principals) == {"User:KPLANE-CLIENT"}
+    # ANONYMOUS on PLAINTEXT is no super user: the topic is hidden from it.
+    plain = AdminClient({"bootstrap.servers": broker.bootstrap("PLAINTEXT")})
+    assert "mapped" not in plain.list_topics(timeout=10).topics
+
+
+def test_a_certificate_no_rule_maps_is_refused(broker_factory, pki) -> None:
+    broker = _tls_broker(
+        broker_factory,
+        pki,
+        client_auth="required",
+        **{"ssl.principal.mapping.rules": "RULE:^CN=somebody-else$/$0/"},
+    )
+    admin = AdminClient({**_confluent_ssl(broker, pki), "socket.timeout.ms": 3000})
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=5)
+    plain = AdminClient({"bootstrap.servers": broker.bootstrap("PLAINTEXT")})
+    assert plain.list_topics(timeout=10).brokers

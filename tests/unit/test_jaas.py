@@ -3,7 +3,6 @@
 import pytest
 
 from broker.security.jaas import JaasError, parse_jaas_config
-from broker.security.sasl import PlainAuthenticator, SaslAuthenticationFailed
 
 
 def test_plain_login_module_with_users() -> None:
@@ -33,17 +32,3 @@ def test_plain_login_module_with_users() -> None:
 def test_malformed_contexts_are_refused(text: str) -> None:
     with pytest.raises(JaasError):
         parse_jaas_config(text)
-
-
-def test_plain_authenticator() -> None:
-    auth = PlainAuthenticator({"alice": "secret"})
-    assert auth.authenticate(b"\x00alice\x00secret") == "alice"
-    assert auth.authenticate(b"alice\x00alice\x00secret") == "alice"
-    for token in (
-        b"\x00alice\x00wrong",
-        b"\x00bob\x00secret",
-        b"garbage",
-        b"bob\x00alice\x00secret",
-    ):
-        with pytest.raises(SaslAuthenticationFailed):
-            auth.authenticate(token)

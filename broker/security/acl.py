@@ -1,0 +1,203 @@
+"""ACLs: Kafka's resource types, operations and permissions (wire codes), bindings and filters.
+
+Shared by the broker's authorizer and kplane's admin client. Stored as Kafka stored them in
+ZooKeeper: ``/kafka-acl/<Type>/<name>`` for literal patterns and
+``/kafka-acl-extended/prefixed/<Type>/<name>`` for prefixed ones, each node holding
+``{"version":1,"acls":[{"principal":..,"permissionType":"Allow","operation":"Read","host":"*"}]}``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import IntEnum
+
+WILDCARD = "*"
+WILDCARD_PRINCIPAL = "User:*"
+
+
+class AclResourceType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
+
+    @property
+    def store_name(self) -> str:
+        """Kafka's ZooKeeper spelling: ``Topic``, ``TransactionalId``..."""
+        return "".join(part.capitalize() for part in self.name.split("_"))
+
+
+class PatternType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    MATCH = 2
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class AclOperation(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+    CREATE_TOKENS = 13
+    DESCRIBE_TOKENS = 14
+
+    @property
+    def store_name(self) -> str:
+        return "".join(part.capitalize() for part in self.name.split("_"))
+
+
+class AclPermissionType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    DENY = 2
+    ALLOW = 3
+
+    @property
+    def store_name(self) -> str:
+        return self.name.capitalize()
+
+
+CLUSTER_NAME = "kafka-cluster"
+# Allowing any of these implies DESCRIBE; allowing ALTER_CONFIGS implies DESCRIBE_CONFIGS.
+_IMPLIES_DESCRIBE = frozenset(
+    {AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE, AclOperation.ALTER}
+)
+
+
+@dataclass(frozen=True)
+class AclBinding:
+    """One ACL: ``principal`` from ``host`` may (ALLOW) or may not (DENY) ``operation``
+    on the resources the pattern matches."""
+
+    resource_type: AclResourceType
+    resource_name: str
+    pattern_type: PatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission_type: AclPermissionType
+
+    def invalid_reason(self) -> str | None:
+        """Why Kafka would refuse to create this ACL, or None."""
+        if self.resource_type in (AclResourceType.ANY, AclResourceType.UNKNOWN):
+            return "Resource type must be a concrete type"
+        if self.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+            return "Pattern type must be LITERAL or PREFIXED"
+        if self.operation in (AclOperation.ANY, AclOperation.UNKNOWN):
+            return "Operation must be a concrete operation"
+        if self.permission_type not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
+            return "Permission type must be ALLOW or DENY"
+        if not self.resource_name:
+            return "Resource name must not be empty"
+        if ":" not in self.principal:
+            return f"Could not parse principal from `{self.principal}` (no colon is found)"
+        if self.resource_type is AclResourceType.CLUSTER and self.resource_name != CLUSTER_NAME:
+            return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
+        return None
+
+    def entry_json(self) -> dict[str, str]:
+        return {
+            "principal": self.principal,
+            "permissionType": self.permission_type.store_name,
+            "operation": self.operation.store_name,
+            "host": self.host,
+        }
+
+
+@dataclass(frozen=True)
+class AclBindingFilter:
+    """Matches ACLs; None and ANY match everything."""
+
+    resource_type: AclResourceType = AclResourceType.ANY
+    resource_name: str | None = None
+    pattern_type: PatternType = PatternType.ANY
+    principal: str | None = None
+    host: str | None = None
+    operation: AclOperation = AclOperation.ANY
+    permission_type: AclPermissionType = AclPermissionType.ANY
+
+    def matches(self, acl: AclBinding) -> bool:
+        """Kafka's filter semantics, MATCH included (literal, wildcard or prefix of the name)."""
+        if self.resource_type not in (AclResourceType.ANY, acl.resource_type):
+            return False
+        if self.pattern_type is PatternType.MATCH:
+            if self.resource_name is not None and not pattern_matches(
+                acl.pattern_type, acl.resource_name, self.resource_name
+            ):
+                return False
+        else:
+            if self.pattern_type not in (PatternType.ANY, acl.pattern_type):
+                return False
+            if self.resource_name is not None and self.resource_name != acl.resource_name:
+                return False
+        return (
+            self.principal in (None, acl.principal)
+            and self.host in (None, acl.host)
+            and self.operation in (AclOperation.ANY, acl.operation)
+            and self.permission_type in (AclPermissionType.ANY, acl.permission_type)
+        )
+
+
+def pattern_matches(pattern_type: PatternType, pattern: str, name: str) -> bool:
+    """Whether a stored resource pattern covers the resource ``name``."""
+    if pattern_type is PatternType.PREFIXED:
+        return name.startswith(pattern)
+    return pattern in (WILDCARD, name)
+
+
+def implied(operation: AclOperation) -> frozenset[AclOperation]:
+    """The operations an ALLOW ACL must name to permit ``operation``: itself, ALL, and the
+    operations that imply it."""
+    ops = {operation, AclOperation.ALL}
+    if operation is AclOperation.DESCRIBE:
+        ops |= _IMPLIES_DESCRIBE
+    if operation is AclOperation.DESCRIBE_CONFIGS:
+        ops.add(AclOperation.ALTER_CONFIGS)
+    return frozenset(ops)
+
+
+def store_path(resource_type: AclResourceType, pattern_type: PatternType, name: str) -> str:
+    """Where the ACLs of one resource pattern live in the metadata store."""
+    if pattern_type is PatternType.PREFIXED:
+        return f"/kafka-acl-extended/prefixed/{resource_type.store_name}/{name}"
+    return f"/kafka-acl/{resource_type.store_name}/{name}"
+
+
+def encode_acls(acls: list[AclBinding]) -> bytes:
+    return json.dumps({"version": 1, "acls": [a.entry_json() for a in acls]}).encode()
+
+
+def decode_acls(
+    resource_type: AclResourceType, pattern_type: PatternType, name: str, data: bytes
+) -> list[AclBinding]:
+    """The ACLs of one stored node."""
+    ops = {o.store_name: o for o in AclOperation}
+    perms = {p.store_name: p for p in AclPermissionType}
+    return [
+        AclBinding(
+            resource_type,
+            name,
+            pattern_type,
+            entry["principal"],
+            entry["host"],
+            ops[entry["operation"]],
+            perms[entry["permissionType"]],
+        )
+        for entry in json.loads(data).get("acls", [])
+    ]

@@ -1,0 +1,39 @@
+"""The ZooKeeper-era controller APIs kio dropped, as kio-style entities.
+
+LeaderAndIsr (4), StopReplica (5) and UpdateMetadata (6), modelled on Apache Kafka 3.x's
+message schemas in kio's generated form: ``<api>/v<N>/request.py`` and ``response.py``
+hold frozen slotted dataclasses that ``kio.serial`` reads and writes like its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from types import MappingProxyType, ModuleType
+from typing import Final
+
+from kio.index import UnknownEntity
+from kio.static.constants import EntityType
+
+API_NAMES: Final[Mapping[int, str]] = MappingProxyType(
+    {4: "leader_and_isr", 5: "stop_replica", 6: "update_metadata"}
+)
+"""Api key -> package name, in kio's naming (``kio.schema.index.api_key_map``)."""
+
+VERSIONS: Final[Mapping[int, range]] = MappingProxyType(
+    {4: range(0, 8), 5: range(0, 5), 6: range(0, 9)}
+)
+"""Api key -> the versions modelled here."""
+
+
+def load_payload_module(api_key: int, version: int, entity_type: EntityType) -> ModuleType:
+    """The module of the ``entity_type`` payload of ``api_key`` at ``version``.
+
+    Raises kio's ``UnknownEntity`` for anything not modelled here, as kio's loader does.
+    """
+    if version not in VERSIONS.get(api_key, ()) or entity_type not in (
+        EntityType.request,
+        EntityType.response,
+    ):
+        raise UnknownEntity(f"no {entity_type.name} for api key {api_key} version {version}")
+    return importlib.import_module(f"{__name__}.{API_NAMES[api_key]}.v{version}.{entity_type.name}")

@@ -1,0 +1,1 @@
+"""LeaderAndIsr: one subpackage per version."""

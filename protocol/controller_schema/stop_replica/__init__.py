@@ -1,0 +1,1 @@
+"""StopReplica: one subpackage per version."""

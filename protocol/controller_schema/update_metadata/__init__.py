@@ -1,0 +1,1 @@
+"""UpdateMetadata: one subpackage per version."""
