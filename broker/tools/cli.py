@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from broker.tools import certs, serve
+from broker.tools import certs, scram, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve.add_parser(sub)
     certs.add_parser(sub)
+    scram.add_parser(sub)
     return parser
 
 
