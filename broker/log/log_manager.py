@@ -19,17 +19,21 @@ class LogManager:
         """The hosted partition, or None."""
         return self._partitions.get(tp)
 
-    def get_or_create(self, tp: TopicPartition, leader_epoch: int = 0) -> Partition:
+    def get_or_create(self, tp: TopicPartition) -> Partition:
         """The hosted partition, created empty when missing."""
         partition = self._partitions.get(tp)
         if partition is None:
             with self._lock:
                 partition = self._partitions.get(tp)
                 if partition is None:
-                    partition = Partition(tp, MemoryLog(), leader_epoch)
+                    partition = Partition(tp, MemoryLog())
                     self._partitions[tp] = partition
-        partition.leader_epoch = leader_epoch
         return partition
+
+    def delete(self, tp: TopicPartition) -> bool:
+        """Drop one partition and its log; False when it was not hosted."""
+        with self._lock:
+            return self._partitions.pop(tp, None) is not None
 
     def delete_topic(self, topic: str) -> None:
         """Drop every partition of ``topic``."""

@@ -28,6 +28,8 @@ class Partition:
         self.tp = tp
         self.log = log
         self.leader_epoch = leader_epoch
+        self.leader_id = -1  # set by the ReplicaManager from the controller's decisions
+        self.partition_epoch = -1
         self.producer_state = ProducerStateManager()
         self._lock = threading.Lock()
 

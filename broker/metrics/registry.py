@@ -147,6 +147,9 @@ REQUEST_HANDLER_AVG_IDLE_PERCENT = metric_name(
 CONTROL_PLANE_REQUEST_HANDLER_AVG_IDLE_PERCENT = metric_name(
     "server", "KafkaRequestHandlerPool", "ControlPlaneRequestHandlerAvgIdlePercent"
 )
+EXPIRED_CONNECTIONS_KILLED_COUNT = metric_name(
+    "network", "SocketServer", "ExpiredConnectionsKilledCount"
+)
 CONTROL_PLANE_EXPIRED_CONNECTIONS_KILLED_COUNT = metric_name(
     "network", "SocketServer", "ControlPlaneExpiredConnectionsKilledCount"
 )

@@ -187,6 +187,7 @@ class Processor:
         self._index = itertools.count()
         self.busy_ns = 0
         self.idle_connections_killed = 0
+        self.response_queue_size = 0  # responses handed over, not yet written (thread-safe)
         self.draining = False
         self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
         self._thread = threading.Thread(
@@ -320,11 +321,15 @@ class Processor:
 
     def enqueue_response(self, response: Response) -> None:
         """Hand a response to this Processor (thread-safe)."""
+        with self._count_lock:
+            self.response_queue_size += 1
         # A closed loop means the connection is gone with its Processor.
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(self._send_response, response)
 
     def _send_response(self, response: Response) -> None:
+        with self._count_lock:
+            self.response_queue_size -= 1
         started = time.monotonic_ns()
         conn = self.connections.get(response.request.connection_id)
         if conn is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
@@ -16,18 +17,27 @@ from broker.config.kafka_config import KafkaConfig
 from broker.controller.controller import KafkaController
 from broker.group.coordinator import GroupConfig, GroupCoordinator
 from broker.log.log_manager import LogManager
-from broker.metadata.cache import MetadataCache
+from broker.log.partition import TopicPartition
+from broker.metadata.cache import MetadataCache, PartitionInfo
 from broker.metadata.kafka_store import BrokerRegistration, KafkaMetadataClient
 from broker.metadata.store import EmbeddedMetadataStore, MetadataStore, NodeExistsError
 from broker.metrics import (
     CONTROL_PLANE,
+    CONTROL_PLANE_EXPIRED_CONNECTIONS_KILLED_COUNT,
+    CONTROL_PLANE_NETWORK_PROCESSOR_AVG_IDLE_PERCENT,
+    CONTROL_PLANE_REQUEST_HANDLER_AVG_IDLE_PERCENT,
+    CONTROL_PLANE_REQUEST_QUEUE_SIZE,
+    CONTROL_PLANE_RESPONSE_QUEUE_SIZE,
     DATA_PLANE,
+    EXPIRED_CONNECTIONS_KILLED_COUNT,
     NETWORK_PROCESSOR_AVG_IDLE_PERCENT,
     REQUEST_HANDLER_AVG_IDLE_PERCENT,
     REQUEST_QUEUE_SIZE,
+    RESPONSE_QUEUE_SIZE,
     BrokerMetrics,
     MetricsHttpServer,
 )
+from broker.network.processor import Processor
 from broker.network.request_channel import CONTROL_PLANE_QUEUE_SIZE, RequestChannel
 from broker.network.socket_server import SocketServer, SocketServerConfig
 from broker.network.tls import server_tls
@@ -38,23 +48,36 @@ from broker.server.acl_apis import AclApis
 from broker.server.admin_manager import AdminManager, TopicDefaults
 from broker.server.api_versions import ApiVersionsApi
 from broker.server.context import ApiFamily
+from broker.server.controller_apis import ControllerApis
 from broker.server.fetch_apis import FetchApis
 from broker.server.group_apis import GroupApis
 from broker.server.kafka_apis import KafkaApis
 from broker.server.metadata_apis import MetadataApis
 from broker.server.produce_apis import ProduceApis, ProducerIdManager
 from broker.server.purgatory import DelayedOperationPurgatory
-from broker.server.replica_manager import ReplicaManager
+from broker.server.replica_manager import ReplicaManager, ReplicaState
 from broker.server.request_handler import RequestHandlerPool
 from broker.server.request_metrics import RequestMetricsObserver
 from broker.server.sasl_apis import SaslApis
 from broker.server.scram_apis import ScramApis
 from broker.server.timer import SystemTimer
 from broker.server.topic_apis import TopicApis
+from protocol.errors import KafkaError
 
 log = structlog.get_logger(__name__)
 
 SHUTDOWN_DRAIN_SECONDS = 3.0
+
+
+# Per plane: request queue size, response queue size, expired connections killed.
+_PLANE_GAUGES = {
+    DATA_PLANE: (REQUEST_QUEUE_SIZE, RESPONSE_QUEUE_SIZE, EXPIRED_CONNECTIONS_KILLED_COUNT),
+    CONTROL_PLANE: (
+        CONTROL_PLANE_REQUEST_QUEUE_SIZE,
+        CONTROL_PLANE_RESPONSE_QUEUE_SIZE,
+        CONTROL_PLANE_EXPIRED_CONNECTIONS_KILLED_COUNT,
+    ),
+}
 
 
 class KafkaServer:
@@ -144,15 +167,13 @@ class KafkaServer:
             self.data_channel, int(config.get("num.io.threads")), REQUEST_HANDLER_AVG_IDLE_PERCENT
         )
         self.control_handler_pool = (
-            self._handler_pool(self.control_channel, 1, REQUEST_HANDLER_AVG_IDLE_PERCENT)
+            self._handler_pool(
+                self.control_channel, 1, CONTROL_PLANE_REQUEST_HANDLER_AVG_IDLE_PERCENT
+            )
             if self.control_channel
             else None
         )
-        self.metrics.register_gauge(
-            REQUEST_QUEUE_SIZE,
-            "Requests waiting in the data-plane queue",
-            lambda: float(self.data_channel.size),
-        )
+        self._register_plane_gauges()
         try:
             self.socket_server.bind()
             self.bound = self.socket_server.bound
@@ -166,7 +187,7 @@ class KafkaServer:
                 self.broker_id,
                 self.client,
                 self.cache,
-                self.replica_manager.become_leader_or_follower,
+                self._apply_leadership,
                 self.replica_manager.stop_topic,
             )
             self.controller.startup()
@@ -216,6 +237,7 @@ class KafkaServer:
                 int(self.config.get("connection.failed.authentication.delay.ms")),
             ),
             AclApis(self.authorizer),
+            ControllerApis(self.broker_id, self.replica_manager, self.cache),
             ScramApis(self.scram_credentials),
             GroupApis(
                 self.group_coordinator,
@@ -223,6 +245,17 @@ class KafkaServer:
                 topic_id_of=self._topic_id,
             ),
         ]
+
+    def _apply_leadership(self, topic: str, partitions: dict[int, PartitionInfo]) -> None:
+        """The embedded controller's decisions, applied as a LeaderAndIsr would be."""
+        with contextlib.suppress(KafkaError):  # an older controller: its decisions are stale
+            self.replica_manager.become_leader_or_follower(
+                self.controller.epoch,
+                [
+                    ReplicaState(TopicPartition(topic, i), p.leader, p.leader_epoch, p.leader_epoch)
+                    for i, p in partitions.items()
+                ],
+            )
 
     def _topic_id(self, topic: str) -> uuid.UUID | None:
         info = self.cache.topic(topic)
@@ -244,9 +277,46 @@ class KafkaServer:
             channel, lambda request: self.apis.handle(request, channel), threads, on_idle
         )
 
+    def _register_plane_gauges(self) -> None:
+        """KIP-291's gauges: the data plane's names count the data plane only, the control
+        plane has its own (registered only when it exists)."""
+        assert self.socket_server is not None
+        server = self.socket_server
+        control = self.config.control_plane_listener_name
+
+        def processors(plane: str) -> list[Processor]:
+            return [
+                p
+                for p in server.all_processors()
+                if (p.endpoint.listener_name == control) == (plane == CONTROL_PLANE)
+            ]
+
+        channels = [(DATA_PLANE, self.data_channel)]
+        if self.control_channel is not None:
+            channels.append((CONTROL_PLANE, self.control_channel))
+        for plane, channel in channels:
+            names = _PLANE_GAUGES[plane]
+            self.metrics.register_gauge(
+                names[0],
+                f"Requests waiting in the {plane}-plane request queue",
+                lambda c=channel: float(c.size),  # type: ignore[misc]
+            )
+            self.metrics.register_gauge(
+                names[1],
+                f"Responses waiting in the {plane}-plane response queues",
+                lambda pl=plane: float(sum(p.response_queue_size for p in processors(pl))),  # type: ignore[misc]
+            )
+            self.metrics.register_gauge(
+                names[2],
+                f"Idle connections the {plane}-plane processors closed",
+                lambda pl=plane: float(sum(p.idle_connections_killed for p in processors(pl))),  # type: ignore[misc]
+            )
+
     def _processor_idle_meter(self, processor_id: int, listener: str) -> Callable[[int, int], None]:
         meter = self.metrics.idle_meter(
-            NETWORK_PROCESSOR_AVG_IDLE_PERCENT,
+            CONTROL_PLANE_NETWORK_PROCESSOR_AVG_IDLE_PERCENT
+            if listener == self.config.control_plane_listener_name
+            else NETWORK_PROCESSOR_AVG_IDLE_PERCENT,
             {"networkProcessor": str(processor_id), "listener": listener},
         )
 

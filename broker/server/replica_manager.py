@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import structlog
@@ -9,12 +10,31 @@ import structlog
 from broker.log.log import LogAppendInfo, Piece
 from broker.log.log_manager import LogManager
 from broker.log.partition import Partition, TopicPartition
-from broker.metadata.cache import MetadataCache, PartitionInfo
+from broker.metadata.cache import MetadataCache
 from broker.server.purgatory import DelayedOperationPurgatory
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import InvalidRecordError, scan_batches
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """A controller's decision for one partition (a LeaderAndIsr partition state)."""
+
+    tp: TopicPartition
+    leader: int
+    leader_epoch: int
+    partition_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StopReplicaState:
+    """One partition of a StopReplica request."""
+
+    tp: TopicPartition
+    delete: bool
+    leader_epoch: int = -1
 
 
 @dataclass(slots=True)
@@ -59,13 +79,79 @@ class ReplicaManager:
         self.fetch_purgatory = fetch_purgatory
         self.max_message_bytes = max_message_bytes
         self.min_insync_replicas = min_insync_replicas
+        self.controller_epoch = 0  # the highest seen
+        self._state_lock = threading.Lock()
 
-    # leadership -----------------------------------------------------------------------
-    def become_leader_or_follower(self, topic: str, partitions: dict[int, PartitionInfo]) -> None:
-        """Host the partitions this broker leads (followers come with replication)."""
-        for index, info in partitions.items():
-            if info.leader == self.broker_id:
-                self.log_manager.get_or_create(TopicPartition(topic, index), info.leader_epoch)
+    # leadership (LeaderAndIsr, StopReplica) ----------------------------------------------
+    def become_leader_or_follower(
+        self, controller_epoch: int, states: list[ReplicaState]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Apply a controller's decisions: lead the partitions whose leader is this broker,
+        follow the others. Raises KafkaError(STALE_CONTROLLER_EPOCH) for an older controller;
+        a partition whose (leader epoch, partition epoch) is not newer than the one applied
+        is answered STALE_CONTROLLER_EPOCH and left alone, as Kafka does."""
+        with self._state_lock:
+            self._advance_controller_epoch(controller_epoch)
+            errors = {}
+            for state in states:
+                partition = self.log_manager.get_or_create(state.tp)
+                current = (partition.leader_epoch, partition.partition_epoch)
+                if partition.leader_id != -1 and (
+                    state.leader_epoch,
+                    state.partition_epoch,
+                ) <= current:
+                    log.info(
+                        "LeaderAndIsr ignored: leader epoch not newer",
+                        partition=str(state.tp),
+                        leader_epoch=state.leader_epoch,
+                        current_leader_epoch=partition.leader_epoch,
+                    )
+                    errors[state.tp] = ErrorCode.stale_controller_epoch
+                    continue
+                partition.leader_epoch = state.leader_epoch
+                partition.partition_epoch = state.partition_epoch
+                partition.leader_id = state.leader
+                errors[state.tp] = ErrorCode.none
+            return errors
+
+    def stop_replicas(
+        self, controller_epoch: int, stops: list[StopReplicaState]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Stop being a replica of each partition; with ``delete`` drop its log too.
+        KafkaError(STALE_CONTROLLER_EPOCH) for an older controller; FENCED_LEADER_EPOCH for a
+        partition whose leader epoch moved past the request's (-1 and -2 always match)."""
+        with self._state_lock:
+            self._advance_controller_epoch(controller_epoch)
+            errors = {}
+            for stop in stops:
+                partition = self.log_manager.get(stop.tp)
+                if (
+                    partition is not None
+                    and stop.leader_epoch >= 0
+                    and stop.leader_epoch < partition.leader_epoch
+                ):
+                    errors[stop.tp] = ErrorCode.fenced_leader_epoch
+                    continue
+                if stop.delete:
+                    self.log_manager.delete(stop.tp)
+                elif partition is not None:
+                    partition.leader_id = -1
+                errors[stop.tp] = ErrorCode.none
+            return errors
+
+    def check_controller_epoch(self, controller_epoch: int) -> None:
+        """Remember the newest controller epoch; KafkaError(STALE_CONTROLLER_EPOCH) for
+        an older one."""
+        with self._state_lock:
+            self._advance_controller_epoch(controller_epoch)
+
+    def _advance_controller_epoch(self, controller_epoch: int) -> None:
+        if controller_epoch < self.controller_epoch:
+            raise KafkaError(
+                ErrorCode.stale_controller_epoch,
+                f"controller epoch {controller_epoch} is older than {self.controller_epoch}",
+            )
+        self.controller_epoch = controller_epoch
 
     def stop_topic(self, topic: str) -> None:
         """Drop every partition of a deleted topic."""
@@ -80,7 +166,7 @@ class ReplicaManager:
                 "This server does not host this topic-partition.",
             )
         partition = self.log_manager.get(tp)
-        if partition is None or topic.partitions[tp.partition].leader != self.broker_id:
+        if partition is None or partition.leader_id != self.broker_id:
             raise KafkaError(
                 ErrorCode.not_leader_or_follower,
                 f"Broker {self.broker_id} is not the leader of {tp}",

@@ -1,0 +1,256 @@
+"""LeaderAndIsr, StopReplica and UpdateMetadata: what a controller tells a broker (KIP-291).
+
+These arrive on ``control.plane.listener.name`` when it is set (the control plane's own
+Processor, queue and handler), else on the inter-broker listener with the data traffic.
+Every version is served; older versions' flat partition lists are read like the grouped
+ones. A controller older than the newest seen is answered STALE_CONTROLLER_EPOCH.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import structlog
+
+from broker.config.endpoint import EndPoint, SecurityProtocol
+from broker.log.partition import TopicPartition
+from broker.metadata.cache import MetadataCache, PartitionInfo, TopicInfo
+from broker.metadata.kafka_store import BrokerRegistration
+from broker.security.acl import AclOperation, AclResourceType
+from broker.server.context import Handler, RequestContext
+from broker.server.replica_manager import ReplicaManager, ReplicaState, StopReplicaState
+from protocol.errors import ErrorCode, KafkaError
+
+log = structlog.get_logger(__name__)
+
+LEADER_AND_ISR = 4
+STOP_REPLICA = 5
+UPDATE_METADATA = 6
+LEADER_DURING_DELETE = -2  # UpdateMetadata's leader of a partition being deleted
+_PROTOCOL_CODES = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
+
+
+def _grouped(body: Any, flat: str, grouped: str, name: str) -> Iterator[tuple[str, Any, Any]]:
+    """(topic name, topic id or None, partition state) of a request in either layout."""
+    for state in getattr(body, flat, ()):
+        yield state.topic_name, None, state
+    for topic in getattr(body, grouped, ()):
+        for state in topic.partition_states:
+            yield getattr(topic, name), getattr(topic, "topic_id", None), state
+
+
+class ControllerApis:
+    """The three controller-to-broker APIs."""
+
+    def __init__(
+        self, broker_id: int, replica_manager: ReplicaManager, cache: MetadataCache
+    ) -> None:
+        self.broker_id = broker_id
+        self.replica_manager = replica_manager
+        self.cache = cache
+
+    def handlers(self) -> Mapping[int, Handler]:
+        return {
+            LEADER_AND_ISR: self.handle_leader_and_isr,
+            STOP_REPLICA: self.handle_stop_replica,
+            UPDATE_METADATA: self.handle_update_metadata,
+        }
+
+    def _refused(self, ctx: RequestContext) -> ErrorCode | None:
+        """CLUSTER_AUTHORIZATION_FAILED without ClusterAction (only brokers may send these)."""
+        if ctx.authorized(AclOperation.CLUSTER_ACTION, AclResourceType.CLUSTER):
+            return None
+        return ErrorCode.cluster_authorization_failed
+
+    # LeaderAndIsr --------------------------------------------------------------------
+    def handle_leader_and_isr(self, ctx: RequestContext) -> None:
+        body = ctx.body
+        entries = list(_grouped(body, "ungrouped_partition_states", "topic_states", "topic_name"))
+        topic_ids = {name: topic_id for name, topic_id, _ in entries}
+        states = [
+            ReplicaState(
+                TopicPartition(name, int(s.partition_index)),
+                int(s.leader),
+                int(s.leader_epoch),
+                int(s.partition_epoch),
+            )
+            for name, _, s in entries
+        ]
+        error = self._refused(ctx)
+        errors: dict[TopicPartition, ErrorCode] = {}
+        if error is None:
+            try:
+                errors = self.replica_manager.become_leader_or_follower(
+                    int(body.controller_epoch), states
+                )
+            except KafkaError as exc:
+                error = exc.code
+                log.info(
+                    "LeaderAndIsr refused",
+                    controller=int(body.controller_id),
+                    controller_epoch=int(body.controller_epoch),
+                    reason=exc.message,
+                )
+        top = error or ErrorCode.none
+        per = {s.tp: errors.get(s.tp, top) for s in states}
+        if ctx.api_version >= 5:
+            by_topic: dict[str, list[Any]] = {}
+            for tp, code in per.items():
+                by_topic.setdefault(tp.topic, []).append(
+                    ctx.make(
+                        "LeaderAndIsrPartitionError", partition_index=tp.partition, error_code=code
+                    )
+                )
+            topics = tuple(
+                ctx.make(
+                    "LeaderAndIsrTopicError",
+                    topic_id=topic_ids.get(name),
+                    partition_errors=tuple(parts),
+                )
+                for name, parts in by_topic.items()
+            )
+            ctx.respond(ctx.make_response(error_code=top, topics=topics))
+            return
+        ctx.respond(
+            ctx.make_response(
+                error_code=top,
+                partition_errors=tuple(
+                    ctx.make(
+                        "LeaderAndIsrPartitionError",
+                        topic_name=tp.topic,
+                        partition_index=tp.partition,
+                        error_code=code,
+                    )
+                    for tp, code in per.items()
+                ),
+            )
+        )
+
+    # StopReplica ---------------------------------------------------------------------
+    def handle_stop_replica(self, ctx: RequestContext) -> None:
+        body = ctx.body
+        stops = list(self._stops(body))
+        error = self._refused(ctx)
+        errors: dict[TopicPartition, ErrorCode] = {}
+        if error is None:
+            try:
+                errors = self.replica_manager.stop_replicas(int(body.controller_epoch), stops)
+            except KafkaError as exc:
+                error = exc.code
+                log.info(
+                    "StopReplica refused",
+                    controller_epoch=int(body.controller_epoch),
+                    reason=exc.message,
+                )
+        top = error or ErrorCode.none
+        deleted = [s.tp.topic for s in stops if s.delete and errors.get(s.tp) is ErrorCode.none]
+        if deleted:
+            log.info("partitions deleted by the controller", count=len(deleted))
+        ctx.respond(
+            ctx.make_response(
+                error_code=top,
+                partition_errors=tuple(
+                    ctx.make(
+                        "StopReplicaPartitionError",
+                        topic_name=s.tp.topic,
+                        partition_index=s.tp.partition,
+                        error_code=errors.get(s.tp, top),
+                    )
+                    for s in stops
+                ),
+            )
+        )
+
+    @staticmethod
+    def _stops(body: Any) -> Iterator[StopReplicaState]:
+        delete_all = bool(getattr(body, "delete_partitions", False))
+        for p in getattr(body, "ungrouped_partitions", ()):  # v0
+            yield StopReplicaState(TopicPartition(p.topic_name, int(p.partition_index)), delete_all)
+        for t in getattr(body, "topics", ()):  # v1-2
+            for index in t.partition_indexes:
+                yield StopReplicaState(TopicPartition(t.name, int(index)), delete_all)
+        for t in getattr(body, "topic_states", ()):  # v3+
+            for p in t.partition_states:
+                yield StopReplicaState(
+                    TopicPartition(t.topic_name, int(p.partition_index)),
+                    bool(p.delete_partition),
+                    int(p.leader_epoch),
+                )
+
+    # UpdateMetadata ------------------------------------------------------------------
+    def handle_update_metadata(self, ctx: RequestContext) -> None:
+        body = ctx.body
+        error = self._refused(ctx)
+        if error is None:
+            try:
+                self.replica_manager.check_controller_epoch(int(body.controller_epoch))
+            except KafkaError as exc:
+                error = exc.code
+                log.info(
+                    "UpdateMetadata refused",
+                    controller_epoch=int(body.controller_epoch),
+                    reason=exc.message,
+                )
+        if error is None:
+            self._update_cache(body)
+        ctx.respond(ctx.make_response(error_code=error or ErrorCode.none))
+
+    def _update_cache(self, body: Any) -> None:
+        """Replace the live brokers; merge the partition states (Kafka's incremental rule)."""
+        brokers = [self._registration(b) for b in body.live_brokers]
+        snapshot = self.cache.snapshot
+        changed: dict[str, TopicInfo] = {}
+        removed: list[str] = []
+        for name, topic_id, s in _grouped(
+            body, "ungrouped_partition_states", "topic_states", "topic_name"
+        ):
+            topic = changed.get(name) or snapshot.topics.get(name)
+            partitions = dict(topic.partitions) if topic else {}
+            index = int(s.partition_index)
+            if int(s.leader) == LEADER_DURING_DELETE:
+                partitions.pop(index, None)
+            else:
+                partitions[index] = PartitionInfo(
+                    index,
+                    int(s.leader),
+                    int(s.leader_epoch),
+                    tuple(int(r) for r in s.replicas),
+                    tuple(int(r) for r in s.isr),
+                    tuple(int(r) for r in getattr(s, "offline_replicas", ())),
+                )
+            known_id = topic.topic_id if topic else uuid.UUID(int=0)
+            changed[name] = TopicInfo(
+                name, topic_id or known_id, partitions, is_internal=name.startswith("__")
+            )
+        for name, topic in list(changed.items()):
+            if not topic.partitions:
+                removed.append(name)
+                del changed[name]
+        self.cache.update(
+            controller_id=int(body.controller_id),
+            brokers=brokers,
+            topics=changed.values(),
+            removed_topics=removed,
+        )
+
+    @staticmethod
+    def _registration(broker: Any) -> BrokerRegistration:
+        if hasattr(broker, "endpoints"):
+            endpoints = tuple(
+                EndPoint(
+                    getattr(e, "listener", "") or _PROTOCOL_CODES[int(e.security_protocol)],
+                    e.host,
+                    int(e.port),
+                    SecurityProtocol(_PROTOCOL_CODES[int(e.security_protocol)]),
+                )
+                for e in broker.endpoints
+            )
+        else:  # v0: one PLAINTEXT endpoint
+            endpoints = (
+                EndPoint(
+                    "PLAINTEXT", broker.v0_host, int(broker.v0_port), SecurityProtocol.PLAINTEXT
+                ),
+            )
+        return BrokerRegistration(int(broker.id), endpoints, getattr(broker, "rack", None))
