@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 APT_PACKAGES := kcat
+JAVA_PACKAGE := openjdk-17-jre-headless
 CONFIG ?= configs/server.properties
 
 .PHONY: setup apt run test test-unit bench lint clean
@@ -13,12 +14,14 @@ setup: $(STAMP) apt
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,report]'
 	touch $(STAMP)
 
-# Debian packages the tests drive, installed only when missing.
+# Debian packages the tests drive, installed only when missing; Java 17 (for Spark in
+# `kplane report`) only when no java is on PATH.
 apt:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v java >/dev/null 2>&1 || missing="$$missing $(JAVA_PACKAGE)"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
