@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ class ConfigType(enum.Enum):
     """How a config's text becomes a value."""
 
     BOOLEAN = "boolean"
+    SHORT = "short"
     INT = "int"
     LONG = "long"
     DOUBLE = "double"
@@ -27,6 +29,27 @@ class ConfigType(enum.Enum):
     LIST = "list"
     PASSWORD = "password"
     CLASS = "class"
+
+    @property
+    def wire_code(self) -> int:
+        """Kafka's code for this type in DescribeConfigs v3+ ``config_type``."""
+        return _WIRE_CODES[self]
+
+
+UNKNOWN_CONFIG_TYPE = 0
+"""DescribeConfigs' ``config_type`` for a config whose type is not known."""
+
+_WIRE_CODES = {
+    ConfigType.BOOLEAN: 1,
+    ConfigType.STRING: 2,
+    ConfigType.INT: 3,
+    ConfigType.SHORT: 4,
+    ConfigType.LONG: 5,
+    ConfigType.DOUBLE: 6,
+    ConfigType.LIST: 7,
+    ConfigType.CLASS: 8,
+    ConfigType.PASSWORD: 9,
+}
 
 
 class Importance(enum.Enum):
@@ -121,19 +144,83 @@ class OneOf:
         return ", ".join(self.choices)
 
 
+@dataclass(frozen=True, slots=True)
+class ValidList:
+    """A list whose every item is among a fixed set (Kafka's ``ValidList.in``)."""
+
+    choices: tuple[str, ...]
+
+    def __call__(self, name: str, value: Any) -> None:
+        for item in value:
+            if item not in self.choices:
+                raise _invalid(
+                    name, ",".join(value), f"{item!r} is not one of {', '.join(self.choices)}"
+                )
+
+    def __str__(self) -> str:
+        return f"[{', '.join(self.choices)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class ClassNames:
+    """A list of dotted Python import paths ``module.Class``."""
+
+    def __call__(self, name: str, value: Any) -> None:
+        for item in value:
+            if not _CLASS_NAME.match(item):
+                raise _invalid(name, ",".join(value), f"{item!r} is not a dotted class name")
+
+    def __str__(self) -> str:
+        return "import paths module.Class"
+
+
+_SHORT_RANGE = (-(2**15), 2**15 - 1)
 _INT_RANGE = (-(2**31), 2**31 - 1)
 _LONG_RANGE = (-(2**63), 2**63 - 1)
 _CLASS_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+LONG_MAX = 2**63 - 1
+"""Java's ``Long.MAX_VALUE``, Kafka's default for several 'never' settings."""
+DOUBLE_MAX = sys.float_info.max
+"""Java's ``Double.MAX_VALUE``."""
 
 
 NOT_YET_HONOURED = frozenset(
     {
         "zookeeper.connect",
+        "background.threads",
+        "num.replica.fetchers",
+        "num.recovery.threads.per.data.dir",
         "log.segment.bytes",
+        "log.roll.ms",
+        "log.roll.hours",
+        "log.roll.jitter.ms",
+        "log.roll.jitter.hours",
         "log.retention.hours",
         "log.retention.minutes",
         "log.retention.ms",
         "log.retention.bytes",
+        "log.cleanup.policy",
+        "log.cleaner.enable",
+        "log.cleaner.threads",
+        "log.cleaner.io.max.bytes.per.second",
+        "log.cleaner.dedupe.buffer.size",
+        "log.cleaner.io.buffer.size",
+        "log.cleaner.io.buffer.load.factor",
+        "log.cleaner.backoff.ms",
+        "log.cleaner.min.cleanable.ratio",
+        "log.cleaner.delete.retention.ms",
+        "log.cleaner.min.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms",
+        "log.index.size.max.bytes",
+        "log.index.interval.bytes",
+        "log.flush.interval.messages",
+        "log.flush.interval.ms",
+        "log.flush.scheduler.interval.ms",
+        "log.segment.delete.delay.ms",
+        "log.preallocate",
+        "log.message.timestamp.type",
+        "log.message.timestamp.difference.max.ms",
+        "log.message.downconversion.enable",
         "compression.type",
         "unclean.leader.election.enable",
         "replica.lag.time.max.ms",
@@ -159,6 +246,10 @@ class ConfigDef:
     importance: Importance = Importance.MEDIUM
     dynamic: DynamicScope = DynamicScope.READ_ONLY
     validator: Validator | None = field(default=None, compare=False)
+    listener_prefix_required: bool = False
+    """Dynamically settable only per listener, as ``listener.name.<listener>.<name>`` (Kafka's
+    ``DynamicSecurityConfigs``: the SSL key and trust store configs); in server.properties
+    the bare name is fine."""
 
     @property
     def honoured(self) -> bool:
@@ -178,11 +269,15 @@ class ConfigDef:
         """
         if raw is None:
             return self.default
-        name = key or self.name
-        value = _parse_type(name, self.type, raw)
-        if self.validator is not None and value is not None:
-            self.validator(name, value)
-        return value
+        return parse_value(key or self.name, self.type, raw, self.validator)
+
+
+def parse_value(name: str, ctype: ConfigType, raw: str, validator: Validator | None) -> Any:
+    """Parse ``raw`` as a ``ctype`` value and validate it; errors name ``name``."""
+    value = _parse_type(name, ctype, raw)
+    if validator is not None and value is not None:
+        validator(name, value)
+    return value
 
 
 def _parse_type(name: str, ctype: ConfigType, raw: str) -> Any:
@@ -197,8 +292,12 @@ def _parse_type(name: str, ctype: ConfigType, raw: str) -> Any:
         if text.lower() in ("true", "false"):
             return text.lower() == "true"
         raise _invalid(name, raw, "expected true or false")
-    if ctype in (ConfigType.INT, ConfigType.LONG):
-        low, high = _INT_RANGE if ctype is ConfigType.INT else _LONG_RANGE
+    if ctype in (ConfigType.SHORT, ConfigType.INT, ConfigType.LONG):
+        low, high = {
+            ConfigType.SHORT: _SHORT_RANGE,
+            ConfigType.INT: _INT_RANGE,
+            ConfigType.LONG: _LONG_RANGE,
+        }[ctype]
         try:
             number = int(text)
         except ValueError:
@@ -223,7 +322,20 @@ RO, BROKER, CLUSTER = DynamicScope.READ_ONLY, DynamicScope.PER_BROKER, DynamicSc
 T = ConfigType
 _PROTOCOLS = OneOf(("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"), ignore_case=True)
 _STORE_TYPES = OneOf(("JKS", "PKCS12", "PEM"), ignore_case=True)
-_COMPRESSION = OneOf(("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"))
+COMPRESSION_TYPES = OneOf(("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"))
+CLEANUP_POLICIES = ValidList(("compact", "delete"))
+TIMESTAMP_TYPES = OneOf(("CreateTime", "LogAppendTime"))
+
+
+def _store_config(
+    name: str, ctype: ConfigType, default: Any, doc: str, validator: Validator | None = None
+) -> ConfigDef:
+    """An SSL key or trust store config: per broker, dynamically only per listener (Kafka's
+    ``SslConfigs.RECONFIGURABLE_CONFIGS``)."""
+    scope = DynamicScope.PER_BROKER
+    return ConfigDef(name, ctype, default, doc, M, scope, validator, listener_prefix_required=True)
+
+
 _PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 
 # fmt: off
@@ -257,12 +369,19 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "listener.", H, RO),
     ConfigDef("broker.rack", T.STRING, None,
               "Rack of the broker, used to spread replicas across racks.", M, RO),
-    # Network and request handling
+    # Network, request handling and thread pools (KIP-226: resizable, cluster-wide)
     ConfigDef("num.network.threads", T.INT, 3,
               "Processor threads per listener that read requests and write responses.",
               H, CLUSTER, at_least(1)),
     ConfigDef("num.io.threads", T.INT, 8,
               "Request handler threads that process requests.", H, CLUSTER, at_least(1)),
+    ConfigDef("background.threads", T.INT, 10,
+              "Threads for background work such as log deletion.", H, CLUSTER, at_least(1)),
+    ConfigDef("num.replica.fetchers", T.INT, 1,
+              "Fetcher threads replicating from each source broker.", H, CLUSTER),
+    ConfigDef("num.recovery.threads.per.data.dir", T.INT, 1,
+              "Threads per log directory that recover logs at startup and flush them at "
+              "shutdown.", H, CLUSTER, at_least(1)),
     ConfigDef("queued.max.requests", T.INT, 500,
               "Data-plane requests that may wait for a handler before processors block.",
               H, RO, at_least(1)),
@@ -275,32 +394,99 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "SO_RCVBUF of accepted sockets; -1 keeps the OS default.", H, RO),
     ConfigDef("connections.max.idle.ms", T.LONG, 600000,
               "Idle connections are closed after this long.", M, RO),
-    # Logs
+    # Logs; the cluster-wide ones are the broker defaults of topic configs (KIP-226)
     ConfigDef("log.dirs", T.LIST, None,
               "Comma-separated directories holding partition logs. Unset: log.dir.", H, RO),
     ConfigDef("log.dir", T.LIST, ["/tmp/kafka-logs"],
               "Log directory used when log.dirs is unset.", H, RO),
     ConfigDef("log.segment.bytes", T.INT, 1073741824,
               "Largest size of one log segment file.", H, CLUSTER, at_least(14)),
+    ConfigDef("log.roll.ms", T.LONG, None,
+              "A new segment is rolled after this many milliseconds; unset: log.roll.hours.",
+              H, CLUSTER),
+    ConfigDef("log.roll.hours", T.INT, 168,
+              "A new segment is rolled after this many hours; log.roll.ms wins.",
+              H, RO, at_least(1)),
+    ConfigDef("log.roll.jitter.ms", T.LONG, None,
+              "Largest random jitter subtracted from the roll time, in milliseconds; unset: "
+              "log.roll.jitter.hours.", H, CLUSTER),
+    ConfigDef("log.roll.jitter.hours", T.INT, 0,
+              "Largest random jitter subtracted from the roll time, in hours; "
+              "log.roll.jitter.ms wins.", H, RO, at_least(0)),
     ConfigDef("log.retention.hours", T.INT, 168,
               "Hours a segment is kept; log.retention.minutes and log.retention.ms win.",
-              H, CLUSTER),
+              H, RO),
     ConfigDef("log.retention.minutes", T.INT, None,
-              "Minutes a segment is kept; log.retention.ms wins.", H, CLUSTER),
+              "Minutes a segment is kept; log.retention.ms wins.", H, RO),
     ConfigDef("log.retention.ms", T.LONG, None,
-              "Milliseconds a segment is kept; -1 keeps it forever.", H, CLUSTER),
+              "Milliseconds a segment is kept; -1 keeps it forever. Unset: "
+              "log.retention.minutes, then log.retention.hours.", H, CLUSTER),
     ConfigDef("log.retention.bytes", T.LONG, -1,
               "Largest size of a partition log before old segments go; -1 means no limit.",
               H, CLUSTER),
+    ConfigDef("log.cleanup.policy", T.LIST, ["delete"],
+              "What happens to old segments: delete, compact, or both.",
+              M, CLUSTER, CLEANUP_POLICIES),
+    ConfigDef("log.index.size.max.bytes", T.INT, 10485760,
+              "Largest size of a segment's offset index.", M, CLUSTER, at_least(4)),
+    ConfigDef("log.index.interval.bytes", T.INT, 4096,
+              "Bytes of records between two offset index entries.", M, CLUSTER, at_least(0)),
+    ConfigDef("log.flush.interval.messages", T.LONG, LONG_MAX,
+              "Records appended to a partition before it is flushed to disk.",
+              H, CLUSTER, at_least(1)),
+    ConfigDef("log.flush.interval.ms", T.LONG, None,
+              "Milliseconds a record may stay unflushed; unset: "
+              "log.flush.scheduler.interval.ms.", H, CLUSTER),
+    ConfigDef("log.flush.scheduler.interval.ms", T.LONG, LONG_MAX,
+              "How often the flusher checks whether a log needs flushing.", H, RO),
+    ConfigDef("log.segment.delete.delay.ms", T.LONG, 60000,
+              "Delay before a deleted segment's files are removed.", H, CLUSTER, at_least(0)),
+    ConfigDef("log.preallocate", T.BOOLEAN, False,
+              "Preallocate the file of a new segment.", M, CLUSTER),
+    ConfigDef("log.message.timestamp.type", T.STRING, "CreateTime",
+              "Timestamp stored with records: the producer's (CreateTime) or the broker's "
+              "append time (LogAppendTime).", M, CLUSTER, TIMESTAMP_TYPES),
+    ConfigDef("log.message.timestamp.difference.max.ms", T.LONG, LONG_MAX,
+              "Largest difference between a CreateTime timestamp and the broker's clock "
+              "before the batch is rejected.", M, CLUSTER, at_least(0)),
+    ConfigDef("log.message.downconversion.enable", T.BOOLEAN, True,
+              "Down-convert record batches for old Fetch versions; false fails them with "
+              "UNSUPPORTED_VERSION.", L, CLUSTER),
     ConfigDef("compression.type", T.STRING, "producer",
               "Compression of stored batches; 'producer' keeps the producer's codec.",
-              H, CLUSTER, _COMPRESSION),
+              H, CLUSTER, COMPRESSION_TYPES),
     ConfigDef("message.max.bytes", T.INT, 1048588,
               "Largest record batch the broker accepts.", H, CLUSTER, at_least(0)),
     ConfigDef("min.insync.replicas", T.INT, 1,
               "Replicas that must acknowledge an acks=all produce.", H, CLUSTER, at_least(1)),
     ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False,
               "Allow a replica outside the ISR to become leader, losing data.", H, CLUSTER),
+    # Log cleaner (KIP-226: cluster-wide); its topic-config defaults are log.cleaner.*.ms/ratio
+    ConfigDef("log.cleaner.enable", T.BOOLEAN, True,
+              "Run the log cleaner, which compacts topics with cleanup.policy=compact.", M, RO),
+    ConfigDef("log.cleaner.threads", T.INT, 1,
+              "Background threads compacting logs.", M, CLUSTER, at_least(0)),
+    ConfigDef("log.cleaner.io.max.bytes.per.second", T.DOUBLE, DOUBLE_MAX,
+              "Throttle of the cleaner's reads plus writes, in bytes per second.", M, CLUSTER),
+    ConfigDef("log.cleaner.dedupe.buffer.size", T.LONG, 134217728,
+              "Memory for deduplication across all cleaner threads.", M, CLUSTER),
+    ConfigDef("log.cleaner.io.buffer.size", T.INT, 524288,
+              "I/O buffer memory across all cleaner threads.", M, CLUSTER, at_least(0)),
+    ConfigDef("log.cleaner.io.buffer.load.factor", T.DOUBLE, 0.9,
+              "Load factor of the cleaner's dedupe buffer.", M, CLUSTER),
+    ConfigDef("log.cleaner.backoff.ms", T.LONG, 15000,
+              "Sleep of a cleaner thread when there is no log to clean.",
+              M, CLUSTER, at_least(0)),
+    ConfigDef("log.cleaner.min.cleanable.ratio", T.DOUBLE, 0.5,
+              "Smallest ratio of dirty log to total log for a log to be compacted.",
+              M, CLUSTER, between(0, 1)),
+    ConfigDef("log.cleaner.delete.retention.ms", T.LONG, 86400000,
+              "How long delete tombstones are kept in compacted topics.",
+              M, CLUSTER, at_least(0)),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", T.LONG, 0,
+              "Least time a record stays uncompacted.", M, CLUSTER, at_least(0)),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", T.LONG, LONG_MAX,
+              "Most time a record may stay uncompacted.", M, CLUSTER, at_least(1)),
     # Topics
     ConfigDef("num.partitions", T.INT, 1,
               "Partitions of an auto-created topic.", M, RO, at_least(1)),
@@ -310,6 +496,10 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "Create a topic when a client asks for metadata of an unknown one.", H, RO),
     ConfigDef("delete.topic.enable", T.BOOLEAN, True,
               "Allow DeleteTopics; false makes it fail.", H, RO),
+    ConfigDef("alter.config.policy.class.name", T.CLASS, None,
+              "Policy validating AlterConfigs and IncrementalAlterConfigs requests: the "
+              "import path module.Class of a class whose validate(request) raises to refuse.",
+              L, RO),
     # Replication and fetch
     ConfigDef("replica.lag.time.max.ms", T.LONG, 30000,
               "A follower that has not caught up for this long leaves the ISR.", H, RO),
@@ -318,8 +508,8 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     # Group coordinator and offsets
     ConfigDef("offsets.topic.num.partitions", T.INT, 50,
               "Partitions of __consumer_offsets.", H, RO, at_least(1)),
-    ConfigDef("offsets.topic.replication.factor", T.INT, 3,
-              "Replication factor of __consumer_offsets.", H, RO, between(1, 32767)),
+    ConfigDef("offsets.topic.replication.factor", T.SHORT, 3,
+              "Replication factor of __consumer_offsets.", H, RO, at_least(1)),
     ConfigDef("offsets.retention.minutes", T.INT, 10080,
               "Committed offsets of an empty group are kept this long.", H, RO, at_least(1)),
     ConfigDef("group.initial.rebalance.delay.ms", T.INT, 3000,
@@ -337,24 +527,27 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("producer.id.expiration.ms", T.INT, 86400000,
               "A producer id without writes for this long is forgotten.",
               L, CLUSTER, at_least(1)),
+    # Metrics
+    ConfigDef("metric.reporters", T.LIST, [],
+              "Metrics reporters to load, each a class implementing kplane's reporter "
+              "interface.", L, CLUSTER, ClassNames()),
     # TLS (SSL and SASL_SSL listeners); each may be set per listener as
-    # listener.name.<name>.ssl.*
-    ConfigDef("ssl.keystore.type", T.STRING, "JKS",
-              "Format of the key store: PKCS12 or PEM (JKS must be converted with keytool).",
-              M, BROKER, _STORE_TYPES),
-    ConfigDef("ssl.keystore.location", T.STRING, None,
-              "Key store with the broker's certificate chain and private key.", H, BROKER),
-    ConfigDef("ssl.keystore.password", T.PASSWORD, None,
-              "Password of the key store file (PKCS12).", H, BROKER),
-    ConfigDef("ssl.key.password", T.PASSWORD, None,
-              "Password of the private key in the key store (an encrypted PEM key).", H, BROKER),
-    ConfigDef("ssl.truststore.type", T.STRING, "JKS",
-              "Format of the trust store: PKCS12 or PEM.", M, BROKER, _STORE_TYPES),
-    ConfigDef("ssl.truststore.location", T.STRING, None,
-              "Trust store with the CA certificates client certificates must chain to.",
-              H, BROKER),
-    ConfigDef("ssl.truststore.password", T.PASSWORD, None,
-              "Password of the trust store file (PKCS12).", H, BROKER),
+    # listener.name.<name>.ssl.*, and dynamically the key and trust stores only so
+    _store_config("ssl.keystore.type", T.STRING, "JKS",
+                  "Format of the key store: PKCS12 or PEM (JKS must be converted with "
+                  "keytool).", _STORE_TYPES),
+    _store_config("ssl.keystore.location", T.STRING, None,
+                  "Key store with the broker's certificate chain and private key."),
+    _store_config("ssl.keystore.password", T.PASSWORD, None,
+                  "Password of the key store file (PKCS12)."),
+    _store_config("ssl.key.password", T.PASSWORD, None,
+                  "Password of the private key in the key store (an encrypted PEM key)."),
+    _store_config("ssl.truststore.type", T.STRING, "JKS",
+                  "Format of the trust store: PKCS12 or PEM.", _STORE_TYPES),
+    _store_config("ssl.truststore.location", T.STRING, None,
+                  "Trust store with the CA certificates client certificates must chain to."),
+    _store_config("ssl.truststore.password", T.PASSWORD, None,
+                  "Password of the trust store file (PKCS12)."),
     ConfigDef("ssl.client.auth", T.STRING, "none",
               "Client certificates: none, requested (verified when sent) or required.",
               M, BROKER, OneOf(("none", "requested", "required"))),
@@ -365,7 +558,7 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               OneOf(("TLSv1.2", "TLSv1.3", "TLS"))),
     ConfigDef("ssl.cipher.suites", T.LIST, [],
               "OpenSSL names of the TLS 1.2 cipher suites allowed; empty keeps the defaults.",
-              L, BROKER),
+              M, BROKER),
     ConfigDef("ssl.endpoint.identification.algorithm", T.STRING, "https",
               "Host name verification of peers when the broker is the TLS client (https or "
               "empty).", L, BROKER),
@@ -392,6 +585,21 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("allow.everyone.if.no.acl.found", T.BOOLEAN, False,
               "With an authorizer: whether a resource without any ACL is open to everyone.",
               L, RO),
+    # Passwords of dynamic configs, encrypted in the metadata store (KIP-226)
+    ConfigDef("password.encoder.secret", T.PASSWORD, None,
+              "Secret encrypting dynamically set passwords in the metadata store. Unset: "
+              "password configs cannot be set dynamically.", M, RO),
+    ConfigDef("password.encoder.old.secret", T.PASSWORD, None,
+              "The previous password.encoder.secret, when rotating it: stored passwords are "
+              "decoded with it and re-encoded with the new secret.", M, RO),
+    ConfigDef("password.encoder.keyfactory.algorithm", T.STRING, None,
+              "Key derivation of the password encoder. Unset: PBKDF2WithHmacSHA512.", L, RO),
+    ConfigDef("password.encoder.cipher.algorithm", T.STRING, "AES/CBC/PKCS5Padding",
+              "Cipher of the password encoder.", L, RO),
+    ConfigDef("password.encoder.key.length", T.INT, 128,
+              "Key length of the password encoder, in bits.", L, RO, at_least(8)),
+    ConfigDef("password.encoder.iterations", T.INT, 4096,
+              "Key derivation iterations of the password encoder.", L, RO, at_least(1024)),
     # kplane
     ConfigDef("kplane.metrics.port", T.INT, -1,
               "Port of the Prometheus HTTP exposition; -1 turns it off, 0 picks a free port.",

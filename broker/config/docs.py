@@ -32,6 +32,8 @@ def render_markdown(defs: Iterable[ConfigDef] = CONFIG_DEFS) -> str:
     defs = list(defs)
     for d in (d for d in defs if d.honoured):
         doc = d.doc if d.validator is None else f"{d.doc} Valid values: {d.validator}."
+        if d.listener_prefix_required:
+            doc += f" Dynamically, only per listener: listener.name.<listener>.{d.name}."
         lines.append(
             f"| `{d.name}` | {d.type.value} | `{_cell(_default(d))}` | {d.dynamic.value} "
             f"| {_cell(doc)} |"

@@ -51,11 +51,11 @@ class KafkaConfig:
     control_plane_listener_name: str | None
     log_dirs: list[str]
 
-    def __init__(self, props: Mapping[str, str]) -> None:
+    def __init__(self, props: Mapping[str, str], log_unused: bool = True) -> None:
         self.props = MappingProxyType(dict(props))
         self._values = {d.name: d.parse(props.get(d.name)) for d in CONFIG_DEFS}
-        self._listener_values = _listener_overrides(props)
-        for key in props:
+        self._listener_values = _listener_overrides(props, log_unused)
+        for key in props if log_unused else ():
             if key not in CONFIGS and not key.startswith(LISTENER_PREFIX):
                 log.warning("unknown config", key=key)
             elif key in CONFIGS and not CONFIGS[key].honoured:
@@ -84,9 +84,10 @@ class KafkaConfig:
         self.log_dirs = self._log_dirs()
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, str]) -> KafkaConfig:
-        """Validate ``props`` (server.properties after overrides) and build the config."""
-        return cls(props)
+    def from_properties(cls, props: Mapping[str, str], log_unused: bool = True) -> KafkaConfig:
+        """Validate ``props`` (server.properties after overrides, or with dynamic values
+        on top) and build the config; ``log_unused`` logs unknown and unused keys."""
+        return cls(props, log_unused)
 
     @classmethod
     def load(cls, path: str, overrides: Sequence[str] = ()) -> KafkaConfig:
@@ -158,7 +159,7 @@ class KafkaConfig:
 _UNSET = object()
 
 
-def _listener_overrides(props: Mapping[str, str]) -> dict[tuple[str, str], Any]:
+def _listener_overrides(props: Mapping[str, str], log_unused: bool) -> dict[tuple[str, str], Any]:
     """Parse every ``listener.name.<listener>.<config>`` whose config is known."""
     values: dict[tuple[str, str], Any] = {}
     for key, raw in props.items():
@@ -171,7 +172,8 @@ def _listener_overrides(props: Mapping[str, str]) -> dict[tuple[str, str], Any]:
             continue
         definition = CONFIGS.get(name)
         if not listener or definition is None:
-            log.warning("unknown config", key=key)
+            if log_unused:
+                log.warning("unknown config", key=key)
             continue
         values[(listener, name)] = definition.parse(raw, key=key)
     return values

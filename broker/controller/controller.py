@@ -45,6 +45,7 @@ class KafkaController:
         self.epoch = 0
         self._lock = threading.RLock()
         self._known_topics: set[str] = set()
+        self._watched_brokers: set[int] = set()
         self._watched: set[str] = set()
 
     def startup(self) -> None:
@@ -80,9 +81,17 @@ class KafkaController:
         self._topics_changed()
         log.info("controller elected", broker_id=self.broker_id, controller_epoch=self.epoch)
 
-    def _brokers_changed(self) -> None:
+    def _brokers_changed(self, _path: str | None = None) -> None:
         with self._lock:
-            self.cache.update(brokers=self.client.get_brokers())
+            brokers = self.client.get_brokers()
+            for broker in brokers:
+                if broker.broker_id not in self._watched_brokers:
+                    # A registration rewritten at runtime (listeners changed, KIP-226).
+                    self._watched_brokers.add(broker.broker_id)
+                    self.client.store.watch_data(
+                        f"/brokers/ids/{broker.broker_id}", self._brokers_changed
+                    )
+            self.cache.update(brokers=brokers)
 
     def _topics_changed(self) -> None:
         with self._lock:

@@ -169,6 +169,10 @@ class KafkaMetadataClient:
             makepath=True,
         )
 
+    def update_broker(self, registration: BrokerRegistration) -> None:
+        """Rewrite this broker's registration (its endpoints changed at runtime)."""
+        self.store.set(f"/brokers/ids/{registration.broker_id}", registration.to_json())
+
     def get_brokers(self) -> list[BrokerRegistration]:
         """Every registered broker."""
         try:

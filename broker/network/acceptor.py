@@ -45,7 +45,7 @@ class Acceptor:
     ) -> None:
         self.endpoint = endpoint
         self._sock = sock
-        self._processors = processors
+        self.processors = processors  # replaced whole (never mutated) on a resize
         self._send_buffer_bytes = send_buffer_bytes
         self._receive_buffer_bytes = receive_buffer_bytes
         self._selector = selectors.DefaultSelector()
@@ -84,7 +84,7 @@ class Acceptor:
                 log.warning("accept failed", listener=self.endpoint.listener_name, error=str(exc))
                 return
             self._configure(conn)
-            processor = min(self._processors, key=lambda p: p.connection_count)
+            processor = min(self.processors, key=lambda p: p.connection_count)
             processor.accept(conn, addr)
 
     def _configure(self, conn: socket.socket) -> None:

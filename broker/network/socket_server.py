@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import socket
 import time
 from collections.abc import Callable, Mapping
 
@@ -76,27 +77,85 @@ class SocketServer:
                     f"{endpoint.host or '0.0.0.0'}:{endpoint.port}: {exc.strerror}",
                 ) from exc
         for endpoint, sock in sockets:
-            control = endpoint.listener_name == self.control_plane_listener_name
-            channel = (
-                self.control_channel if control and self.control_channel else self.data_channel
-            )
-            count = 1 if control else self.config.num_network_threads
-            pool = [self._new_processor(endpoint, channel) for _ in range(count)]
-            self.processors[endpoint.listener_name] = pool
-            acceptor = Acceptor(
-                endpoint,
-                sock,
-                pool,
-                self.config.socket_send_buffer_bytes,
-                self.config.socket_receive_buffer_bytes,
-                thread_name="control-plane-kafka-socket-acceptor" if control else None,
-            )
-            self.acceptors[endpoint.listener_name] = acceptor
-            self.bound[endpoint.listener_name] = dataclasses.replace(
-                endpoint, port=acceptor.bound_port
-            )
-            for processor in pool:
-                processor.start()
+            self._add(endpoint, sock)
+
+    def _add(self, endpoint: EndPoint, sock: socket.socket) -> None:
+        control = endpoint.listener_name == self.control_plane_listener_name
+        channel = self.control_channel if control and self.control_channel else self.data_channel
+        count = 1 if control else self.config.num_network_threads
+        pool = [self._new_processor(endpoint, channel) for _ in range(count)]
+        self.processors[endpoint.listener_name] = pool
+        acceptor = Acceptor(
+            endpoint,
+            sock,
+            pool,
+            self.config.socket_send_buffer_bytes,
+            self.config.socket_receive_buffer_bytes,
+            thread_name="control-plane-kafka-socket-acceptor" if control else None,
+        )
+        self.acceptors[endpoint.listener_name] = acceptor
+        self.bound[endpoint.listener_name] = dataclasses.replace(endpoint, port=acceptor.bound_port)
+        for processor in pool:
+            processor.start()
+
+    # runtime changes (KIP-226) -------------------------------------------------------
+    def add_listener(self, endpoint: EndPoint, tls: ServerTls | None) -> EndPoint:
+        """Bind and start a new listener; OSError naming it when it cannot bind."""
+        try:
+            sock = bind_listener(endpoint)
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"listener {endpoint.listener_name} cannot bind "
+                f"{endpoint.host or '0.0.0.0'}:{endpoint.port}: {exc.strerror}",
+            ) from exc
+        if tls is not None:
+            self._tls[endpoint.listener_name] = tls
+        self._add(endpoint, sock)
+        self.acceptors[endpoint.listener_name].start()
+        return self.bound[endpoint.listener_name]
+
+    def remove_listener(self, name: str) -> None:
+        """Stop accepting on ``name`` and close its connections."""
+        acceptor = self.acceptors.pop(name)
+        acceptor.shutdown()
+        for processor in self.processors.pop(name):
+            processor.shutdown()
+        self.bound.pop(name, None)
+        self._tls.pop(name, None)
+
+    def set_tls(self, name: str, tls: ServerTls) -> None:
+        """New connections to ``name`` use ``tls``; open ones keep theirs."""
+        self._tls[name] = tls
+        for processor in self.processors.get(name, ()):
+            processor.tls = tls
+
+    def resize_processors(self, count: int) -> None:
+        """``num.network.threads`` per data-plane listener: new Processors take new
+        connections (the Acceptor picks the least loaded); a shrink stops the Processors
+        with the fewest connections, closing those (clients reconnect)."""
+        self.config = dataclasses.replace(self.config, num_network_threads=count)
+        for name, pool in list(self.processors.items()):
+            if name == self.control_plane_listener_name or len(pool) == count:
+                continue
+            acceptor = self.acceptors[name]
+            if count > len(pool):
+                added = [
+                    self._new_processor(acceptor.endpoint, self.data_channel)
+                    for _ in range(count - len(pool))
+                ]
+                for processor in added:
+                    processor.start()
+                kept = pool + added
+            else:
+                by_load = sorted(pool, key=lambda p: p.connection_count)
+                leaving, kept = by_load[: len(pool) - count], by_load[len(pool) - count :]
+                acceptor.processors = kept
+                for processor in leaving:
+                    processor.shutdown()
+            acceptor.processors = kept
+            self.processors[name] = kept
+        log.info("network threads resized", per_listener=count)
 
     def start(self) -> None:
         """Start accepting connections on every listener."""

@@ -35,8 +35,11 @@ def _secret(value: Any) -> str | None:
     return value.value if isinstance(value, Password) else value
 
 
-def server_ssl_context(config: KafkaConfig, listener_name: str) -> ssl.SSLContext:
-    """The SSLContext of an SSL listener; ConfigException naming the key when unusable."""
+def server_ssl_context(
+    config: KafkaConfig, listener_name: str
+) -> tuple[ssl.SSLContext, x509.Certificate]:
+    """The SSLContext of an SSL listener and its certificate; ConfigException naming the
+    key when unusable."""
 
     def get(name: str) -> Any:
         return config.listener_get(listener_name, name)
@@ -63,6 +66,7 @@ def server_ssl_context(config: KafkaConfig, listener_name: str) -> ssl.SSLContex
         ) from exc
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _load_chain(context, chain_pem, key_pem)
+    certificate = x509.load_pem_x509_certificates(chain_pem)[0]
     enabled = [p for p in get("ssl.enabled.protocols") if p in _VERSIONS]
     if not enabled:
         raise ConfigException(
@@ -100,7 +104,7 @@ def server_ssl_context(config: KafkaConfig, listener_name: str) -> ssl.SSLContex
             f"{get('ssl.client.auth')}",
             name="ssl.truststore.location",
         )
-    return context
+    return context, certificate
 
 
 def _load_chain(context: ssl.SSLContext, chain_pem: bytes, key_pem: bytes) -> None:
@@ -120,6 +124,7 @@ class ServerTls:
 
     context: ssl.SSLContext
     mapper: SslPrincipalMapper
+    certificate: x509.Certificate
 
     def principal_of(self, ssl_object: ssl.SSLObject | None) -> str:
         """``User:<name>`` of a client certificate's subject DN after
@@ -148,5 +153,6 @@ def server_tls(config: KafkaConfig) -> dict[str, ServerTls]:
                 f"ssl.principal.mapping.rules): {exc}",
                 name="ssl.principal.mapping.rules",
             ) from exc
-        out[name] = ServerTls(server_ssl_context(config, name), mapper)
+        context, certificate = server_ssl_context(config, name)
+        out[name] = ServerTls(context, mapper, certificate)
     return out

@@ -12,10 +12,12 @@ from collections.abc import Callable
 
 import structlog
 
+from broker.config.dynamic_config import DynamicBrokerConfig
 from broker.config.endpoint import EndPoint
 from broker.config.kafka_config import KafkaConfig
 from broker.controller.controller import KafkaController
 from broker.group.coordinator import GroupConfig, GroupCoordinator
+from broker.log.log_config import LogConfigs
 from broker.log.log_manager import LogManager
 from broker.log.partition import TopicPartition
 from broker.metadata.cache import MetadataCache, PartitionInfo
@@ -37,6 +39,7 @@ from broker.metrics import (
     BrokerMetrics,
     MetricsHttpServer,
 )
+from broker.metrics.reporters import DynamicMetricsReporters
 from broker.network.processor import Processor
 from broker.network.request_channel import CONTROL_PLANE_QUEUE_SIZE, RequestChannel
 from broker.network.socket_server import SocketServer, SocketServerConfig
@@ -47,8 +50,11 @@ from broker.security.scram import ScramCredentialStore
 from broker.server.acl_apis import AclApis
 from broker.server.admin_manager import AdminManager, TopicDefaults
 from broker.server.api_versions import ApiVersionsApi
+from broker.server.config_apis import ConfigApis, load_policy
 from broker.server.context import ApiFamily
 from broker.server.controller_apis import ControllerApis
+from broker.server.dynamic_listeners import DynamicListenerConfig, DynamicListenerSecurity
+from broker.server.dynamic_thread_pool import DynamicThreadPool
 from broker.server.fetch_apis import FetchApis
 from broker.server.group_apis import GroupApis
 from broker.server.kafka_apis import KafkaApis
@@ -84,7 +90,8 @@ class KafkaServer:
     """One broker: start-up in dependency order, shutdown in reverse."""
 
     def __init__(self, config: KafkaConfig, store: MetadataStore | None = None) -> None:
-        self.config = config
+        self.static_config = config
+        self.dynamic_config: DynamicBrokerConfig | None = None
         self.broker_id = config.broker_id
         self._store = store
         self._started = False
@@ -94,16 +101,24 @@ class KafkaServer:
         self.socket_server: SocketServer | None = None
         self.bound: dict[str, EndPoint] = {}
 
+    @property
+    def config(self) -> KafkaConfig:
+        """The current config: static, with the dynamic values on top once started."""
+        dynamic = self.dynamic_config
+        return dynamic.current if dynamic is not None else self.static_config
+
     # start-up --------------------------------------------------------------------------
     def startup(self) -> None:
         """Start every component; raises (and cleans up) when the broker cannot start."""
-        config = self.config
-        # Before anything starts: a bad keystore or JAAS config stops start-up here.
-        tls = server_tls(config)
-        log_dir = config.log_dirs[0]
+        log_dir = self.static_config.log_dirs[0]
         os.makedirs(log_dir, exist_ok=True)
         self.store = self._store or EmbeddedMetadataStore(log_dir)
         self.client = KafkaMetadataClient(self.store)
+        # Static config with the dynamic values stored for this broker on top (KIP-226).
+        self.dynamic = self.dynamic_config = DynamicBrokerConfig(self.static_config, self.client)
+        config = self.dynamic.initialize()
+        # Before anything starts: a bad keystore or JAAS config stops start-up here.
+        tls = server_tls(config)
         self.scram_credentials = ScramCredentialStore(self.client)
         self.sasl_listeners = sasl_listeners(config, self.scram_credentials)
         self.authorizer = authorizer_from_config(config, self.store)
@@ -111,14 +126,14 @@ class KafkaServer:
         self.cache = MetadataCache(self.cluster_id, self.broker_id)
         self.timer = SystemTimer()
         self.log_manager = LogManager()
+        self.log_configs = LogConfigs(self.client, lambda: self.config)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", self.timer)
         self.replica_manager = ReplicaManager(
             self.broker_id,
             self.log_manager,
             self.cache,
             self.fetch_purgatory,
-            int(config.get("message.max.bytes")),
-            int(config.get("min.insync.replicas")),
+            self.log_configs,
         )
         self.admin = AdminManager(
             self.client,
@@ -174,6 +189,8 @@ class KafkaServer:
             else None
         )
         self._register_plane_gauges()
+        self.tls = tls
+        self._add_reconfigurables(config)
         try:
             self.socket_server.bind()
             self.bound = self.socket_server.bound
@@ -192,6 +209,8 @@ class KafkaServer:
             )
             self.controller.startup()
             self.socket_server.start()
+            self.dynamic.watch()
+            self.log_configs.watch()
             self._start_metrics_http()
         except BaseException:
             self.shutdown()
@@ -237,6 +256,12 @@ class KafkaServer:
                 int(self.config.get("connection.failed.authentication.delay.ms")),
             ),
             AclApis(self.authorizer),
+            ConfigApis(
+                self.dynamic,
+                self.client,
+                self.cache,
+                load_policy(self.config.get("alter.config.policy.class.name")),
+            ),
             ControllerApis(self.broker_id, self.replica_manager, self.cache),
             ScramApis(self.scram_credentials),
             GroupApis(
@@ -245,6 +270,37 @@ class KafkaServer:
                 topic_id_of=self._topic_id,
             ),
         ]
+
+    def _add_reconfigurables(self, config: KafkaConfig) -> None:
+        """The components KIP-226 changes at runtime."""
+        assert self.socket_server is not None
+        dynamic = self.dynamic
+        dynamic.add_reconfigurable(
+            DynamicThreadPool(
+                config,
+                self.handler_pool,
+                self.socket_server,
+                lambda n: self.metrics.idle_meter(
+                    REQUEST_HANDLER_AVG_IDLE_PERCENT, {"plane": DATA_PLANE}, pool_size=n
+                ).set_pool_size(n),
+            )
+        )
+        dynamic.add_reconfigurable(
+            DynamicListenerConfig(
+                config,
+                self.socket_server,
+                self.sasl_listeners,
+                self.scram_credentials,
+                self._reregister,
+            )
+        )
+        self.metric_reporters = DynamicMetricsReporters(config, self.metrics)
+        dynamic.add_reconfigurable(self.metric_reporters)
+        dynamic.add_reconfigurable(
+            DynamicListenerSecurity(
+                self.socket_server, self.tls, self.sasl_listeners, self.scram_credentials
+            )
+        )
 
     def _apply_leadership(self, topic: str, partitions: dict[int, PartitionInfo]) -> None:
         """The embedded controller's decisions, applied as a LeaderAndIsr would be."""
@@ -334,19 +390,25 @@ class KafkaServer:
             return dataclasses.replace(endpoint, port=self.bound[listener_name].port)
         return endpoint
 
-    def _register(self) -> None:
+    def _registration(self) -> BrokerRegistration:
         endpoints = tuple(
             ep
             for ep in (self.advertised(e.listener_name) for e in self.config.advertised_listeners)
             if ep is not None
         )
-        registration = BrokerRegistration(self.broker_id, endpoints, self.config.get("broker.rack"))
+        return BrokerRegistration(self.broker_id, endpoints, self.config.get("broker.rack"))
+
+    def _register(self) -> None:
         try:
-            self.client.register_broker(registration)
+            self.client.register_broker(self._registration())
         except NodeExistsError:
             raise RuntimeError(
                 f"broker.id {self.broker_id} is already registered at /brokers/ids/{self.broker_id}"
             ) from None
+
+    def _reregister(self) -> None:
+        """Publish this broker's current endpoints (listeners changed at runtime)."""
+        self.client.update_broker(self._registration())
 
     def _start_metrics_http(self) -> None:
         port = int(self.config.get("kplane.metrics.port"))
@@ -391,6 +453,8 @@ class KafkaServer:
             steps.append(("stop timer", self.timer.shutdown))
         if self.metrics_http is not None:
             steps.append(("stop metrics http", self.metrics_http.stop))
+        if getattr(self, "metric_reporters", None) is not None:
+            steps.append(("close metrics reporters", self.metric_reporters.close))
         if getattr(self, "store", None) is not None:
             steps.append(("close metadata store", self.store.close))
         for name, step in steps:

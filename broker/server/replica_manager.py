@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from broker.log.log import LogAppendInfo, Piece
+from broker.log.log_config import LogConfigs
 from broker.log.log_manager import LogManager
 from broker.log.partition import Partition, TopicPartition
 from broker.metadata.cache import MetadataCache
@@ -70,15 +71,13 @@ class ReplicaManager:
         log_manager: LogManager,
         cache: MetadataCache,
         fetch_purgatory: DelayedOperationPurgatory,
-        max_message_bytes: int,
-        min_insync_replicas: int,
+        log_configs: LogConfigs,
     ) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.cache = cache
         self.fetch_purgatory = fetch_purgatory
-        self.max_message_bytes = max_message_bytes
-        self.min_insync_replicas = min_insync_replicas
+        self.log_configs = log_configs
         self.controller_epoch = 0  # the highest seen
         self._state_lock = threading.Lock()
 
@@ -156,6 +155,7 @@ class ReplicaManager:
     def stop_topic(self, topic: str) -> None:
         """Drop every partition of a deleted topic."""
         self.log_manager.delete_topic(topic)
+        self.log_configs.forget(topic)
 
     def leader_partition(self, tp: TopicPartition) -> Partition:
         """The partition if this broker leads it; KafkaError with Kafka's code otherwise."""
@@ -188,12 +188,12 @@ class ReplicaManager:
             if not records:
                 raise KafkaError(ErrorCode.corrupt_message, "produce request has no records")
             batches = scan_batches(records)
+            max_bytes = self.log_configs.max_message_bytes(tp.topic)
             for batch in batches:
-                if batch.size > self.max_message_bytes:
+                if batch.size > max_bytes:
                     raise KafkaError(
                         ErrorCode.message_too_large,
-                        f"batch of {batch.size} bytes exceeds max.message.bytes "
-                        f"{self.max_message_bytes}",
+                        f"batch of {batch.size} bytes exceeds max.message.bytes {max_bytes}",
                     )
             info = partition.append_records_as_leader(records, batches)
         except KafkaError as exc:
@@ -213,11 +213,12 @@ class ReplicaManager:
     def _check_min_isr(self, tp: TopicPartition) -> None:
         topic = self.cache.topic(tp.topic)
         isr = topic.partitions[tp.partition].isr if topic else ()
-        if len(isr) < self.min_insync_replicas:
+        required = self.log_configs.min_insync_replicas(tp.topic)
+        if len(isr) < required:
             raise KafkaError(
                 ErrorCode.not_enough_replicas,
                 f"The size of the current ISR {set(isr)} is insufficient to satisfy the "
-                f"min.isr requirement of {self.min_insync_replicas} for partition {tp}",
+                f"min.isr requirement of {required} for partition {tp}",
             )
 
     # read ----------------------------------------------------------------------------

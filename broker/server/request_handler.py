@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -29,12 +30,23 @@ class RequestHandlerPool:
         self._handle = handle
         self._on_idle = on_idle
         self._threads: list[threading.Thread] = []
-        prefix = "data-plane" if channel.plane == "data" else "control-plane"
-        for i in range(num_threads):
+        self._prefix = "data-plane" if channel.plane == "data" else "control-plane"
+        self._ids = itertools.count()
+        self._started = False
+        self._lock = threading.Lock()
+        self._retiring: set[str] = set()
+        self._add(num_threads)
+
+    def _add(self, count: int) -> None:
+        for _ in range(count):
             thread = threading.Thread(
-                target=self._run, name=f"{prefix}-kafka-request-handler-{i}", daemon=True
+                target=self._run,
+                name=f"{self._prefix}-kafka-request-handler-{next(self._ids)}",
+                daemon=True,
             )
             self._threads.append(thread)
+            if self._started:
+                thread.start()
 
     @property
     def size(self) -> int:
@@ -43,11 +55,29 @@ class RequestHandlerPool:
 
     def start(self) -> None:
         """Start every handler thread."""
-        for thread in self._threads:
-            thread.start()
+        with self._lock:
+            self._started = True
+            for thread in self._threads:
+                thread.start()
+
+    def resize(self, num_threads: int) -> None:
+        """Grow or shrink to ``num_threads`` (KIP-226): new threads start at once; extra
+        ones finish the request in hand and exit, the queue keeps every other request."""
+        with self._lock:
+            change = num_threads - len(self._threads)
+            if change > 0:
+                self._add(change)
+            elif change < 0:
+                leaving = self._threads[num_threads:]
+                self._threads = self._threads[:num_threads]
+                # Each leaving thread sees it is retired after its current request (or
+                # within the 0.3 s receive timeout) and exits; no request is dropped.
+                self._retiring.update(t.name for t in leaving)
+        log.info("request handler pool resized", plane=self.channel.plane, threads=num_threads)
 
     def _run(self) -> None:
-        while True:
+        name = threading.current_thread().name
+        while name not in self._retiring:
             wait_start = time.monotonic_ns()
             item = self.channel.receive_request(timeout=0.3)
             idle = time.monotonic_ns() - wait_start
@@ -62,10 +92,12 @@ class RequestHandlerPool:
                 item.api_local_complete_ns = time.monotonic_ns()
             if self._on_idle is not None:
                 self._on_idle(idle, idle + time.monotonic_ns() - busy_start)
+        with self._lock:
+            self._retiring.discard(name)
 
     def shutdown(self) -> None:
         """Stop every thread after the requests already taken."""
         started = [t for t in self._threads if t.ident is not None]
-        self.channel.send_shutdown(len(started))
+        self.channel.send_shutdown(len(started) + len(self._retiring))
         for thread in started:
             thread.join(timeout=5)

@@ -29,7 +29,7 @@ class SaslApis:
     def __init__(
         self, listeners: Mapping[str, SaslListener], timer: SystemTimer, failure_delay_ms: int
     ) -> None:
-        self.listeners = dict(listeners)
+        self.listeners = listeners  # shared: changed at runtime by DynamicListenerSecurity
         self.timer = timer
         self.failure_delay_ms = failure_delay_ms
 

@@ -1,7 +1,7 @@
 """kplane's own Admin client: topics, partitions, cluster and offsets against an in-process
-broker; the config calls (which today's broker does not serve) raise UnsupportedApi there.
-The config, SCRAM and ACL requests are checked against every kio version through a
-stand-in client; tests/integration/test_authorization.py drives SCRAM and ACLs for real."""
+broker, configs included. The config, SCRAM and ACL requests are also checked against every
+kio version through a stand-in client; tests/integration/test_authorization.py drives SCRAM
+and ACLs for real."""
 
 from __future__ import annotations
 
@@ -35,7 +35,6 @@ from broker.client.admin import (
     ScramUpsertion,
 )
 from broker.client.config import ClientConfig
-from broker.client.connection import UnsupportedApi
 from broker.client.kafka_client import BrokerNode, ClusterMetadata, KafkaClient
 from broker.testing.plugin import RunningBroker
 from protocol import api
@@ -206,7 +205,7 @@ async def test_list_offsets(broker: RunningBroker, admin: Admin) -> None:
     assert info.value.code == ErrorCode.unknown_topic_or_partition
 
 
-# not served by today's broker -------------------------------------------------------------
+# configs against the broker -------------------------------------------------------------
 TOPIC = ConfigResource(ConfigResourceType.TOPIC, "t")
 BROKER0 = ConfigResource(ConfigResourceType.BROKER, "0")
 BINDING = AclBinding(
@@ -219,27 +218,20 @@ BINDING = AclBinding(
     AclPermissionType.ALLOW,
 )
 
-UNSERVED: list[tuple[str, str, Callable[[Admin], Any]]] = [
-    ("describe_configs", "DescribeConfigs", lambda a: a.describe_configs([TOPIC])),
-    ("describe_configs", "DescribeConfigs", lambda a: a.describe_configs([BROKER0], True)),
-    ("alter_configs", "AlterConfigs", lambda a: a.alter_configs({TOPIC: {"retention.ms": "1"}})),
-    (
-        "incremental_alter_configs",
-        "IncrementalAlterConfigs",
-        lambda a: a.incremental_alter_configs({BROKER0: [AlterConfigOp("log.retention.ms", "1")]}),
-    ),
-]
-
-
-@pytest.mark.parametrize(("method", "api_name", "call"), UNSERVED, ids=[u[0] for u in UNSERVED])
-async def test_unserved_apis_raise_unsupported_api(
-    broker: RunningBroker, admin: Admin, method: str, api_name: str, call: Callable[[Admin], Any]
-) -> None:
-    with pytest.raises(UnsupportedApi) as info:
-        await call(admin)
-    message = str(info.value)
-    assert f"Admin.{method} needs the {api_name} API" in message
-    assert broker.bootstrap() in message and "does not serve" in message
+async def test_config_calls_against_the_broker(broker: RunningBroker, admin: Admin) -> None:
+    broker.create_topic("t", 1)
+    assert await admin.alter_configs({TOPIC: {"retention.ms": "1000"}}) == {TOPIC: None}
+    change = {BROKER0: [AlterConfigOp("log.retention.ms", "60000")]}
+    assert await admin.incremental_alter_configs(change) == {BROKER0: None}
+    described = await admin.describe_configs([TOPIC, BROKER0], include_synonyms=True)
+    topic = described[TOPIC].entries["retention.ms"]
+    assert (topic.value, topic.source) == ("1000", 1)  # TOPIC_CONFIG
+    retention = described[BROKER0].entries["log.retention.ms"]
+    assert (retention.value, retention.source) == ("60000", 2)  # DYNAMIC_BROKER_CONFIG
+    assert [(s.name, s.source) for s in retention.synonyms][:2] == [
+        ("log.retention.ms", 2),
+        ("log.retention.hours", 5),
+    ]
 
 
 # the requests of those calls, through a stand-in client -----------------------------------

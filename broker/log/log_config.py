@@ -1,0 +1,74 @@
+"""LogConfigs: a topic's effective log settings — its overrides, else the broker's defaults.
+
+The broker defaults are the current (possibly dynamic, KIP-226) broker config, so a changed
+default reaches every existing partition whose topic has no override of its own. Topic
+overrides are read from ``/config/topics/<name>`` and re-read when a change notification
+names the topic.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from broker.config.kafka_config import KafkaConfig
+from broker.metadata.kafka_store import KafkaMetadataClient
+
+TOPICS = "topics"
+
+
+class LogConfigs:
+    """Effective ``min.insync.replicas`` and ``max.message.bytes`` per topic."""
+
+    def __init__(self, client: KafkaMetadataClient, broker_config: Callable[[], KafkaConfig]):
+        self.client = client
+        self._broker_config = broker_config
+        self._overrides: dict[str, dict[str, str]] = {}
+        self._lock = threading.Lock()
+        self._seen: set[str] = set()
+
+    def watch(self) -> None:
+        """Re-read a topic's overrides when ``/config/changes`` names it."""
+        store = self.client.store
+        if store.exists("/config/changes") is None:
+            store.create("/config/changes", makepath=True)
+        self._seen = set(store.get_children("/config/changes"))
+        store.watch_children("/config/changes", lambda _path: self._on_changes())
+
+    def _on_changes(self) -> None:
+        store = self.client.store
+        children = set(store.get_children("/config/changes"))
+        fresh, self._seen = children - self._seen, children
+        for child in fresh:
+            try:
+                data = store.get(f"/config/changes/{child}")[0].decode()
+            except Exception:  # purged meanwhile
+                continue
+            marker = f'"{TOPICS}/'
+            if marker in data:
+                topic = data.split(marker, 1)[1].split('"', 1)[0]
+                with self._lock:
+                    self._overrides.pop(topic, None)
+
+    def _topic(self, topic: str) -> dict[str, str]:
+        overrides = self._overrides.get(topic)
+        if overrides is None:
+            overrides = self.client.get_entity_config(TOPICS, topic)
+            with self._lock:
+                self._overrides[topic] = overrides
+        return overrides
+
+    def _int(self, topic: str, topic_name: str, broker_name: str) -> int:
+        value = self._topic(topic).get(topic_name)
+        return int(value) if value is not None else int(self._broker_config().get(broker_name))
+
+    def min_insync_replicas(self, topic: str) -> int:
+        return self._int(topic, "min.insync.replicas", "min.insync.replicas")
+
+    def max_message_bytes(self, topic: str) -> int:
+        return self._int(topic, "max.message.bytes", "message.max.bytes")
+
+    def forget(self, topic: str) -> None:
+        """Drop a deleted topic's overrides."""
+        with self._lock:
+            self._overrides.pop(topic, None)
