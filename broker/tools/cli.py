@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from broker.tools import certs, report, scram, serve
+from broker.tools import certs, configs, report, scram, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(sub)
     certs.add_parser(sub)
     scram.add_parser(sub)
+    configs.add_parser(sub)
     report.add_parser(sub)
     return parser
 
