@@ -1,19 +1,23 @@
 """BrokerConnection: one asyncio connection to a broker, many requests in flight.
 
 Responses are matched to requests by correlation id; the API versions to use are
-negotiated with ApiVersions right after connecting.
+negotiated with ApiVersions right after connecting (after the TLS handshake when there is
+one), then SASL authenticates the connection when configured.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 import struct
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 
+from broker.client.sasl import SaslCredentials, authenticate
+from broker.client.security import tls_failure
 from protocol import api
 from protocol.errors import ErrorCode
 from protocol.framing import encode_request_frame
@@ -36,11 +40,22 @@ class UnsupportedApi(Exception):
 class BrokerConnection:
     """A connection to ``host:port`` with ApiVersions-negotiated versions."""
 
-    def __init__(self, host: str, port: int, client_id: str, request_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_id: str,
+        request_timeout_ms: int,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
+    ) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000.0
+        self.ssl_context = ssl_context
+        self.sasl = sasl
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
@@ -60,13 +75,27 @@ class BrokerConnection:
         return len(self._pending)
 
     async def connect(self, timeout: float) -> None:
-        """Open the socket and negotiate API versions."""
-        self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port), timeout
-        )
+        """Open the socket (TLS with an ``ssl_context``), negotiate API versions, then
+        authenticate with ``sasl``. SslAuthenticationError when the TLS handshake fails;
+        SaslAuthenticationError when the broker refuses the SASL mechanism or credentials."""
+        server_hostname = self.host if self.ssl_context is not None else None
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    self.host, self.port, ssl=self.ssl_context, server_hostname=server_hostname
+                ),
+                timeout,
+            )
+        except ssl.SSLError as exc:
+            failure = tls_failure(self.address, exc)
+            if failure is None:
+                raise
+            raise failure from exc
         self.last_used = asyncio.get_running_loop().time()
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         await self._negotiate()
+        if self.sasl is not None:
+            await authenticate(self, self.sasl)
 
     async def _negotiate(self) -> None:
         """ApiVersions v3; a broker that does not know v3 answers v0 with error 35."""
@@ -160,9 +189,19 @@ class BrokerConnection:
                 if not future.done():
                     future.set_result(response)
         except (asyncio.IncompleteReadError, OSError) as exc:
-            self.close(BrokerConnectionError(f"connection to {self.address} lost: {exc!r}"))
+            self.close(self._lost(exc))
         except asyncio.CancelledError:
             pass
+
+    def _lost(self, exc: Exception) -> Exception:
+        """What a failed read fails the pending requests with. Before ApiVersions is
+        answered a TLS alert is the handshake failing (TLS 1.3 reports a refused client
+        certificate on the first read)."""
+        if isinstance(exc, ssl.SSLError) and not self.versions:
+            failure = tls_failure(self.address, exc)
+            if failure is not None:
+                return failure
+        return BrokerConnectionError(f"connection to {self.address} lost: {exc!r}")
 
     def close(self, error: Exception | None = None) -> None:
         """Close; every pending request fails with ``error``."""

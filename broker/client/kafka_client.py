@@ -3,7 +3,8 @@
 The client bootstraps from ``bootstrap.servers``, then talks only to the brokers it
 learned from metadata. When none of those is available — no connection and none can be
 made now (reconnect backoff) — ``metadata.recovery.strategy=rebootstrap`` forgets them
-and bootstraps again, while ``none`` fails the operation naming the brokers tried.
+and bootstraps again, while ``none`` fails the operation naming the brokers tried. A TLS or
+SASL authentication failure (AuthenticationError) is raised at once, not retried.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import structlog
 
 from broker.client.config import ClientConfig
 from broker.client.connection import BrokerConnection, BrokerConnectionError
+from broker.client.security import AuthenticationError, client_ssl_context
 from protocol import api
 from protocol.errors import ErrorCode
 
@@ -81,6 +83,8 @@ class KafkaClient:
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
+        self._ssl_context = client_ssl_context(config) if config.uses_ssl else None
+        self._sasl = config.sasl_credentials() if config.uses_sasl else None
         self.cluster = ClusterMetadata()
         self._connections: dict[NodeKey, BrokerConnection] = {}
         self._connecting: dict[NodeKey, asyncio.Future[BrokerConnection]] = {}
@@ -149,9 +153,23 @@ class KafkaClient:
         future: asyncio.Future[BrokerConnection] = asyncio.get_running_loop().create_future()
         self._connecting[key] = future
         host, port = self._address(key)
-        conn = BrokerConnection(host, port, self.config.client_id, self.config.request_timeout_ms)
+        conn = BrokerConnection(
+            host,
+            port,
+            self.config.client_id,
+            self.config.request_timeout_ms,
+            ssl_context=self._ssl_context,
+            sasl=self._sasl,
+        )
         try:
             await conn.connect(self.config.request_timeout_ms / 1000.0)
+        except AuthenticationError as exc:
+            # Not retriable: raised to the caller instead of trying the next broker.
+            conn.close()
+            self._failed(key)
+            future.set_exception(exc)
+            future.exception()
+            raise
         except (OSError, TimeoutError, BrokerConnectionError) as exc:
             conn.close()
             self._failed(key)

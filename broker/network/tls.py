@@ -7,9 +7,7 @@ keytool is needed; JKS is refused with the conversion to run.
 
 from __future__ import annotations
 
-import os
 import ssl
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +17,7 @@ from broker.config.definitions import Password
 from broker.config.endpoint import SecurityProtocol
 from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
-from broker.security.certs import load_keystore, load_truststore
+from broker.security.certs import load_cert_chain, load_keystore, load_truststore
 from broker.security.principal_mapping import SslPrincipalMapper
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -65,7 +63,7 @@ def server_ssl_context(
             f"{key('ssl.keystore.location')}: {exc}", name="ssl.keystore.location"
         ) from exc
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    _load_chain(context, chain_pem, key_pem)
+    load_cert_chain(context, chain_pem, key_pem)
     certificate = x509.load_pem_x509_certificates(chain_pem)[0]
     enabled = [p for p in get("ssl.enabled.protocols") if p in _VERSIONS]
     if not enabled:
@@ -105,17 +103,6 @@ def server_ssl_context(
             name="ssl.truststore.location",
         )
     return context, certificate
-
-
-def _load_chain(context: ssl.SSLContext, chain_pem: bytes, key_pem: bytes) -> None:
-    """``load_cert_chain`` reads files only: hand it a private temporary file, then remove it."""
-    fd, path = tempfile.mkstemp(prefix="kplane-keystore-", suffix=".pem")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(chain_pem + b"\n" + key_pem)
-        context.load_cert_chain(path)
-    finally:
-        os.unlink(path)
 
 
 @dataclass(frozen=True)

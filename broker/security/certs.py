@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 import re
+import ssl
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -410,3 +413,18 @@ def load_truststore(path: str | Path, type: str, password: str | None = None) ->
     if not certs:
         raise ValueError(f"truststore {path} holds no certificate")
     return b"".join(_pem_cert(c) for c in certs)
+
+
+def load_cert_chain(context: ssl.SSLContext, chain_pem: bytes, key_pem: bytes) -> None:
+    """Load a certificate chain and key held in memory into ``context``.
+
+    ``load_cert_chain`` reads files only: it is handed a private temporary file that is
+    removed at once.
+    """
+    fd, path = tempfile.mkstemp(prefix="kplane-keystore-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(chain_pem + b"\n" + key_pem)
+        context.load_cert_chain(path)
+    finally:
+        os.unlink(path)

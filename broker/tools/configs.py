@@ -32,11 +32,15 @@ from broker.client.admin import (
     OpType,
 )
 from broker.client.config import ClientConfig
-from broker.client.connection import UnsupportedApi
-from broker.client.kafka_client import METADATA, KafkaClient, NoBrokersAvailable
-from broker.config.errors import ConfigException
-from broker.config.properties import load_properties
+from broker.client.kafka_client import METADATA, KafkaClient
 from broker.server.admin_manager import validate_topic_name
+from broker.tools.admin_session import (
+    UsageError,
+    add_connection_args,
+    client_config,
+    read_properties,
+    with_admin,
+)
 from protocol import api
 from protocol.errors import KafkaError
 
@@ -61,10 +65,6 @@ _SOURCE_NAMES = {
     int(ConfigSource.CLIENT_METRICS_CONFIG): "DYNAMIC_CLIENT_METRICS_CONFIG",
     int(ConfigSource.GROUP_CONFIG): "DYNAMIC_GROUP_CONFIG",
 }
-
-
-class UsageError(Exception):
-    """A command line the tool refuses; its message is the one line printed."""
 
 
 @dataclass(frozen=True)
@@ -100,12 +100,7 @@ def add_parser(sub: Any) -> None:
         description="Add/remove entity config for a topic or broker, or describe it "
         "(kafka-configs.sh with --bootstrap-server).",
     )
-    p.add_argument("--bootstrap-server", required=True, help="the Kafka server to connect to")
-    p.add_argument(
-        "--command-config",
-        metavar="FILE",
-        help="properties file of client settings (security.protocol, ssl.*, sasl.*)",
-    )
+    add_connection_args(p)
     p.add_argument("--describe", action="store_true", help="list configs for the given entity")
     p.add_argument("--alter", action="store_true", help="alter the configuration of the entity")
     p.add_argument(
@@ -298,25 +293,10 @@ def _changes(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
         )
     add: dict[str, str] = {}
     if args.add_config_file is not None:
-        add = _read_properties(args.add_config_file)
+        add = read_properties(args.add_config_file)
     if args.add_config is not None:
         add = parse_add_config(args.add_config)
     return add, parse_delete_config(args.delete_config)
-
-
-def _read_properties(path: str) -> dict[str, str]:
-    try:
-        return load_properties(path)
-    except ConfigException as exc:
-        raise UsageError(str(exc)) from None
-
-
-def client_properties(args: argparse.Namespace) -> dict[str, str]:
-    """The client settings: ``--command-config``'s, with ``bootstrap.servers`` from
-    ``--bootstrap-server``."""
-    props = _read_properties(args.command_config) if args.command_config else {}
-    props["bootstrap.servers"] = args.bootstrap_server
-    return props
 
 
 # output ----------------------------------------------------------------------------------
@@ -395,7 +375,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the command; 0 on success, 1 when the command line or the broker refused it."""
     try:
         command = parse_command(args)
-        config = ClientConfig.from_properties(client_properties(args))
+        config = client_config(args)
     except (UsageError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -403,21 +383,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(config: ClientConfig, command: Command, bootstrap: str) -> int:
-    client = KafkaClient(config)
-    try:
-        await client.start()
-        admin = Admin(client)
-        if command.action == "describe":
-            return await _describe(admin, command)
-        return await _alter(admin, command)
-    except (UnsupportedApi, NoBrokersAvailable) as exc:
-        print(f"kplane configs: {exc}", file=sys.stderr)
-        return 1
-    except (TimeoutError, OSError) as exc:
-        print(f"kplane configs: cannot reach {bootstrap}: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        await client.close()
+    body = _describe if command.action == "describe" else _alter
+    return await with_admin("kplane configs", config, bootstrap, lambda a: body(a, command))
 
 
 async def _alter(admin: Admin, command: Command) -> int:

@@ -13,19 +13,14 @@ import sys
 from typing import Any
 
 from broker.client.admin import Admin, ScramDeletion, ScramMechanism, ScramUpsertion
-from broker.client.config import ClientConfig
-from broker.client.kafka_client import KafkaClient
 from broker.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_MECHANISMS
+from broker.tools.admin_session import UsageError, add_connection_args, client_config, with_admin
 
 
 def add_parser(sub: Any) -> None:
     """Register the ``scram`` subcommand."""
     parser = sub.add_parser("scram", help="manage SCRAM-SHA-256/512 users through a broker")
-    parser.add_argument(
-        "--bootstrap-server",
-        required=True,
-        help="host:port of a PLAINTEXT listener of the broker",
-    )
+    add_connection_args(parser)
     actions = parser.add_subparsers(dest="scram_action", required=True)
     add = actions.add_parser("add", help="create or replace a user's credential")
     add.add_argument("user")
@@ -51,40 +46,37 @@ def _mechanism(name: str) -> ScramMechanism:
 
 def run(args: argparse.Namespace) -> int:
     """Run one action; 0 on success, 1 when the broker refused it."""
+    try:
+        config = client_config(args)
+    except (UsageError, ValueError) as exc:
+        print(f"kplane scram: {exc}", file=sys.stderr)
+        return 1
     if args.scram_action == "add" and args.password is None:
         args.password = getpass.getpass(f"Password for {args.user}: ")
-    return asyncio.run(_run(args))
+    return asyncio.run(
+        with_admin("kplane scram", config, args.bootstrap_server, lambda a: _run(a, args))
+    )
 
 
-async def _run(args: argparse.Namespace) -> int:
-    client = KafkaClient(ClientConfig.from_properties({"bootstrap.servers": args.bootstrap_server}))
-    try:
-        await client.start()
-        admin = Admin(client)
-        if args.scram_action == "describe":
-            return await _describe(admin, args.users or None)
-        change: ScramUpsertion | ScramDeletion
-        if args.scram_action == "add":
-            change = ScramUpsertion(
-                args.user, _mechanism(args.mechanism), args.password, args.iterations
-            )
-        else:
-            change = ScramDeletion(args.user, _mechanism(args.mechanism))
-        error = (await admin.alter_user_scram_credentials([change])).get(args.user)
-        if error is not None:
-            print(
-                f"kplane scram {args.scram_action}: {error.code.name.upper()}: {error}",
-                file=sys.stderr,
-            )
-            return 1
-        verb = "added" if args.scram_action == "add" else "deleted"
-        print(f"{args.mechanism} credential of {args.user} {verb}")
-        return 0
-    except (TimeoutError, OSError) as exc:
-        print(f"kplane scram: cannot reach {args.bootstrap_server}: {exc}", file=sys.stderr)
+async def _run(admin: Admin, args: argparse.Namespace) -> int:
+    if args.scram_action == "describe":
+        return await _describe(admin, args.users or None)
+    change: ScramUpsertion | ScramDeletion
+    if args.scram_action == "add":
+        change = ScramUpsertion(
+            args.user, _mechanism(args.mechanism), args.password, args.iterations
+        )
+    else:
+        change = ScramDeletion(args.user, _mechanism(args.mechanism))
+    error = (await admin.alter_user_scram_credentials([change])).get(args.user)
+    if error is not None:
+        print(
+            f"kplane scram {args.scram_action}: {error.code.name.upper()}: {error}", file=sys.stderr
+        )
         return 1
-    finally:
-        await client.close()
+    verb = "added" if args.scram_action == "add" else "deleted"
+    print(f"{args.mechanism} credential of {args.user} {verb}")
+    return 0
 
 
 async def _describe(admin: Admin, users: list[str] | None) -> int:

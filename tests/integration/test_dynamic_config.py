@@ -294,3 +294,62 @@ def test_new_default_reaches_existing_partitions(broker) -> None:
     assert error is not None and error.code() == 10  # MESSAGE_TOO_LARGE
     _set(broker, "big", {"max.message.bytes": "100000"}, ResourceType.TOPIC)
     assert produce(5000) is None
+
+
+def test_passwords_are_reencoded_under_a_new_secret(broker_factory, tmp_path: Path) -> None:
+    log_dir = str(tmp_path / "rotate")
+    key = "listener.name.plaintext.ssl.key.password"
+    broker = broker_factory({"password.encoder.secret": "old-secret", "log.dirs": log_dir})
+    _set(broker, "0", {key: "p4ss"})
+    before = json.loads(broker.server.store.get("/config/brokers/0")[0])["config"][key]
+    broker.stop()
+    again = broker_factory(
+        {
+            "password.encoder.secret": "new-secret",
+            "password.encoder.old.secret": "old-secret",
+            "log.dirs": log_dir,
+        }
+    )
+    after = json.loads(again.server.store.get("/config/brokers/0")[0])["config"][key]
+    assert after != before
+    assert again.server.dynamic.entity_configs("0") == {key: "p4ss"}
+    from broker.config.password_encoder import PasswordEncoder
+
+    assert PasswordEncoder("new-secret").decode(after) == "p4ss"
+
+
+def test_alter_config_policy_and_documentation(broker_factory) -> None:
+    broker = broker_factory(
+        {"alter.config.policy.class.name": "tests.integration.alter_policy.MinimumRetentionPolicy"}
+    )
+    admin = _admin(broker)
+    (future,) = admin.create_topics([NewTopic("p", 1, 1)]).values()
+    future.result(timeout=10)
+    with pytest.raises(KafkaException) as info:
+        _set(broker, "p", {"retention.ms": "10"}, ResourceType.TOPIC)
+    assert info.value.args[0].code() == 44  # POLICY_VIOLATION
+    assert "1000 ms minimum" in info.value.args[0].str()
+    _set(broker, "p", {"retention.ms": "5000"}, ResourceType.TOPIC)
+    resource = kadmin.ConfigResource(kadmin.ConfigResourceType.BROKER, "0")
+    described = _kplane(
+        broker, lambda a: a.describe_configs([resource], include_documentation=True)
+    )[resource].entries
+    assert described["num.io.threads"].config_type == 3  # INT
+    assert described["num.io.threads"].documentation
+    assert described["listeners"].read_only is False
+    assert described["log.dirs"].read_only is True
+
+
+def test_alter_configs_needs_cluster_alter_configs(broker_factory) -> None:
+    broker = broker_factory(
+        {
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "allow.everyone.if.no.acl.found": "false",
+        }
+    )
+    with pytest.raises(KafkaException) as info:
+        _set(broker, "0", {"log.cleaner.threads": "2"})
+    assert info.value.args[0].code() == 31  # CLUSTER_AUTHORIZATION_FAILED
+    with pytest.raises(KafkaException) as info:
+        _describe(broker)
+    assert info.value.args[0].code() == 31

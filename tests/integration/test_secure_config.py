@@ -56,6 +56,22 @@ def test_secure_example_config(broker_process, tmp_path: Path) -> None:
     described = _kplane("scram", "--bootstrap-server", f"127.0.0.1:{ports['INTERNAL']}", "describe")
     assert "alice: SCRAM-SHA-512 (iterations=4096)" in described.stdout
 
+    # The same, through the SASL_SSL listener with --command-config (PLAIN user bob).
+    command_config = tmp_path / "client.properties"
+    command_config.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=bob\n"
+        f"sasl.password=bob-secret\nssl.ca.location={certs / 'ca.pem'}\n"
+    )
+    secure = _kplane(
+        "scram",
+        "--bootstrap-server",
+        f"localhost:{ports['SASL_SSL']}",
+        "--command-config",
+        str(command_config),
+        "describe",
+    )
+    assert "alice: SCRAM-SHA-512 (iterations=4096)" in secure.stdout, secure.stderr
+
     tls = {"ssl.ca.location": str(certs / "ca.pem")}
     scram = {
         **tls,

@@ -9,12 +9,11 @@ import pytest
 
 from broker.client.admin import ConfigEntry, ConfigSource, ConfigSynonym, OpType
 from broker.tools import configs
+from broker.tools.admin_session import UsageError, client_properties
 from broker.tools.configs import (
     Command,
     Entity,
-    UsageError,
     alter_ops,
-    client_properties,
     completed_message,
     describe_header,
     describe_lines,

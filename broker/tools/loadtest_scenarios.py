@@ -1,0 +1,249 @@
+"""The brokers of ``kplane loadtest``: one scenario's ``kplane serve`` process, or a running one.
+
+Each scenario starts a fresh broker on loopback with ephemeral ports and learns its endpoints
+and metrics URL from its JSON log lines ("listener bound", "metrics exposed", "started"). The
+broker is always stopped: SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from broker.tools.loadtest_controller import Endpoint
+
+LOOPBACK = "127.0.0.1"
+DATA_LISTENER = "CLIENT"
+INTER_BROKER_LISTENER = "INTERNAL"
+CONTROL_LISTENER = "CONTROLLER"
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+class ScenarioError(Exception):
+    """A scenario could not run; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class ScenarioSpec:
+    """A broker layout and whether data load runs against it."""
+
+    name: str
+    listeners: tuple[str, ...]
+    control_plane: bool
+    """Whether ``control.plane.listener.name`` separates CONTROLLER (KIP-291)."""
+    data_load: bool
+
+    @property
+    def control_listener(self) -> str:
+        """Where the fake controller sends: CONTROLLER when separated, else the
+        inter-broker listener (the data plane)."""
+        return CONTROL_LISTENER if self.control_plane else INTER_BROKER_LISTENER
+
+
+SEPARATED_LISTENERS = (DATA_LISTENER, INTER_BROKER_LISTENER, CONTROL_LISTENER)
+SCENARIOS: Mapping[str, ScenarioSpec] = {
+    "idle": ScenarioSpec("idle", SEPARATED_LISTENERS, control_plane=True, data_load=False),
+    "shared": ScenarioSpec(
+        "shared", (DATA_LISTENER, INTER_BROKER_LISTENER), control_plane=False, data_load=True
+    ),
+    "separated": ScenarioSpec("separated", SEPARATED_LISTENERS, control_plane=True, data_load=True),
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A broker to load: its data endpoint, where controller requests go, all its endpoints."""
+
+    broker_id: int
+    data: Endpoint
+    control: Endpoint
+    endpoints: tuple[Endpoint, ...]
+    metrics_url: str | None
+
+
+def broker_properties(spec: ScenarioSpec, log_dir: Path, partitions: int) -> dict[str, str]:
+    """server.properties of ``spec``'s broker: loopback listeners on ephemeral ports,
+    metrics exposed, no group rebalance delay."""
+    props = {
+        "broker.id": "0",
+        "listeners": ",".join(f"{name}://{LOOPBACK}:0" for name in spec.listeners),
+        "listener.security.protocol.map": ",".join(f"{n}:PLAINTEXT" for n in spec.listeners),
+        "inter.broker.listener.name": INTER_BROKER_LISTENER,
+        "log.dirs": str(log_dir),
+        "num.partitions": str(partitions),
+        "group.initial.rebalance.delay.ms": "0",
+        "kplane.metrics.host": LOOPBACK,
+        "kplane.metrics.port": "0",
+    }
+    if spec.control_plane:
+        props["control.plane.listener.name"] = CONTROL_LISTENER
+    return props
+
+
+def json_events(text: str) -> list[dict[str, Any]]:
+    """The JSON object lines of a log; other lines are skipped."""
+    events = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return events
+
+
+def target_from_events(
+    events: list[dict[str, Any]], broker_id: int, control_listener: str
+) -> Target:
+    """The Target a started broker announced in its "listener bound" and "metrics exposed"
+    lines (advertised host and port)."""
+    endpoints = []
+    for e in events:
+        if e.get("event") != "listener bound":
+            continue
+        host, port = e["advertised"].split("://", 1)[1].rsplit(":", 1)
+        endpoints.append(Endpoint(e["listener"], host, int(port), e["security_protocol"]))
+    by_name = {e.listener: e for e in endpoints}
+    missing = {DATA_LISTENER, control_listener} - set(by_name)
+    if missing:
+        raise ScenarioError(f"the broker did not bind the listener(s) {', '.join(sorted(missing))}")
+    urls = [e["url"] for e in events if e.get("event") == "metrics exposed"]
+    return Target(
+        broker_id,
+        by_name[DATA_LISTENER],
+        by_name[control_listener],
+        tuple(endpoints),
+        urls[0] if urls else None,
+    )
+
+
+@contextmanager
+def started_broker(
+    spec: ScenarioSpec, workdir: Path, log_path: Path, partitions: int, overrides: Sequence[str]
+) -> Iterator[Target]:
+    """Run ``kplane serve`` for ``spec`` (its log in ``log_path``) until the block ends."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    props_path = workdir / f"{spec.name}.properties"
+    props = broker_properties(spec, workdir / f"{spec.name}-data", partitions)
+    props_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()), encoding="utf-8")
+    args = [sys.executable, "-m", "broker.tools.cli", "serve", str(props_path)]
+    for item in overrides:
+        args += ["--override", item]
+    env = dict(os.environ, KPLANE_LOG_FORMAT="json")
+    with log_path.open("wb") as out:
+        process = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
+    try:
+        events = _wait_started(process, log_path)
+        yield target_from_events(events, int(props["broker.id"]), spec.control_listener)
+    finally:
+        stop_process(process)
+
+
+def _wait_started(process: subprocess.Popen[bytes], log_path: Path) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        events = json_events(log_path.read_text(encoding="utf-8", errors="replace"))
+        if any(e.get("event") == "started" for e in events):
+            return events
+        if process.poll() is not None:
+            raise ScenarioError(
+                f"the broker exited with {process.returncode}: {_last_error(log_path)}"
+            )
+        time.sleep(0.05)
+    raise ScenarioError(f"the broker did not start within {START_TIMEOUT_S:.0f} s; see {log_path}")
+
+
+def _last_error(log_path: Path) -> str:
+    """The last error event of the log, else its last line (a traceback's exception)."""
+    text = log_path.read_text(encoding="utf-8", errors="replace")
+    errors = [e for e in json_events(text) if e.get("level") in ("error", "critical")]
+    if errors:
+        return json.dumps(errors[-1])
+    lines = [line for line in text.splitlines() if line.strip()]
+    return f"{lines[-1].strip() if lines else 'no output'} (log: {log_path})"
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``STOP_TIMEOUT_S``."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def parse_address(value: str) -> tuple[str, int]:
+    """``host:port`` -> (host, port); ValueError unless the host is a loopback address."""
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"{value!r} is not host:port")
+    if not is_loopback(host):
+        raise ValueError(f"{host} is not a loopback address (kplane loadtest stays on loopback)")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` resolves to is a loopback address."""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except socket.gaierror:
+        return False
+    return bool(infos) and all(
+        ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos
+    )
+
+
+def external_target(
+    bootstrap: str,
+    control: str | None,
+    listeners: Sequence[str],
+    broker_id: int,
+    metrics_url: str | None,
+) -> Target:
+    """The Target of a running broker from the command line; ValueError on bad input."""
+    data_host, data_port = parse_address(bootstrap)
+    control_host, control_port = parse_address(control or bootstrap)
+    endpoints = []
+    for item in listeners:
+        name, sep, address = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--listener {item!r} is not NAME=host:port")
+        host, port = parse_address(address)
+        endpoints.append(Endpoint(name, host, port))
+    if not endpoints:
+        raise ValueError(
+            "--listener NAME=host:port is required with --bootstrap-server: every listener of "
+            "the broker, since UpdateMetadata replaces its endpoints"
+        )
+    return Target(
+        broker_id,
+        _named(endpoints, data_host, data_port),
+        _named(endpoints, control_host, control_port),
+        tuple(endpoints),
+        metrics_url,
+    )
+
+
+def _named(endpoints: list[Endpoint], host: str, port: int) -> Endpoint:
+    """The listed endpoint at host:port, or an unnamed one when none matches."""
+    for e in endpoints:
+        if (e.host, e.port) == (host, port):
+            return e
+    return Endpoint("", host, port)
