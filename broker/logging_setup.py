@@ -9,11 +9,14 @@ import sys
 import structlog
 
 
-def configure_logging(level: str | None = None, json_output: bool | None = None) -> None:
+def configure_logging(
+    level: str | None = None, json_output: bool | None = None, cache_loggers: bool = True
+) -> None:
     """Configure structlog and stdlib logging once for the process.
 
     ``KPLANE_LOG_LEVEL`` sets the level (default INFO); ``KPLANE_LOG_FORMAT`` forces
-    ``json`` or ``console``.
+    ``json`` or ``console``. Tests pass ``cache_loggers=False`` so structlog's
+    ``capture_logs`` sees every logger, whichever test configured logging first.
     """
     level_name = (level or os.environ.get("KPLANE_LOG_LEVEL", "INFO")).upper()
     numeric = getattr(logging, level_name, logging.INFO)
@@ -36,7 +39,7 @@ def configure_logging(level: str | None = None, json_output: bool | None = None)
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=cache_loggers,
     )
     logging.basicConfig(
         level=numeric, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s"

@@ -21,6 +21,8 @@ import structlog
 import uvloop
 
 from broker.config.endpoint import EndPoint
+from broker.metrics.registry import CONTROL_PLANE
+from broker.network.plane_priority import ControlPlanePriority
 from broker.network.request_channel import Request, RequestChannel, Response
 from broker.network.tls import ANONYMOUS, ServerTls
 from broker.security.principal_mapping import NoMatchingRuleError
@@ -69,6 +71,7 @@ class KafkaConnection(asyncio.Protocol):
                 self.close()
 
     def data_received(self, data: bytes) -> None:
+        self.processor.yield_to_control()
         started = time.monotonic_ns()
         self.last_active = time.monotonic()
         try:
@@ -106,6 +109,8 @@ class KafkaConnection(asyncio.Protocol):
                 self.close()
                 return
             self.in_flight = request
+            if self.processor.control_priority is not None:
+                self.processor.control_priority.begin()
             self.processor.channel.send_request(request)
         self._pace_reading()
         if self.peer_closed and self.in_flight is None and not self.pending:
@@ -171,9 +176,14 @@ class Processor:
         on_response_sent: RequestObserver | None = None,
         on_idle: IdleObserver | None = None,
         tls: ServerTls | None = None,
+        priority: ControlPlanePriority | None = None,
     ) -> None:
         self.id = processor_id
         self.tls = tls
+        # The control plane's Processor announces its requests; data-plane ones yield to them.
+        control = channel.plane == CONTROL_PLANE
+        self.control_priority = priority if control else None
+        self.data_priority = None if control else priority
         self.endpoint = endpoint
         self.channel = channel
         self.max_request_size = max_request_size
@@ -330,11 +340,19 @@ class Processor:
     def _send_response(self, response: Response) -> None:
         with self._count_lock:
             self.response_queue_size -= 1
+        self.yield_to_control()
         started = time.monotonic_ns()
         conn = self.connections.get(response.request.connection_id)
         if conn is not None:
             conn.send(response)
+        if self.control_priority is not None:
+            self.control_priority.end()
         self.busy_ns += time.monotonic_ns() - started
+
+    def yield_to_control(self) -> None:
+        """A data-plane Processor pauses while a control-plane request is in flight."""
+        if self.data_priority is not None:
+            self.data_priority.yield_to_control()
 
     def observe(self, request: Request) -> None:
         """Report a completed request to the metrics observer."""

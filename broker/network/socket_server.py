@@ -12,6 +12,7 @@ import structlog
 
 from broker.config.endpoint import EndPoint
 from broker.network.acceptor import Acceptor, bind_listener
+from broker.network.plane_priority import ControlPlanePriority
 from broker.network.processor import IdleObserver, Processor, RequestObserver
 from broker.network.request_channel import RequestChannel
 from broker.network.tls import ServerTls
@@ -44,8 +45,10 @@ class SocketServer:
         on_response_sent: RequestObserver | None = None,
         idle_observer: Callable[[int, str], IdleObserver] | None = None,
         tls: Mapping[str, ServerTls] | None = None,
+        priority: ControlPlanePriority | None = None,
     ) -> None:
         self._tls = dict(tls or {})
+        self._priority = priority
         self.listeners = listeners
         self.control_plane_listener_name = control_plane_listener_name
         self.config = config
@@ -176,6 +179,7 @@ class SocketServer:
             if self._idle_observer
             else None,
             self._tls.get(endpoint.listener_name),
+            self._priority,
         )
 
     def all_processors(self) -> list[Processor]:

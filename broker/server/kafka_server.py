@@ -40,6 +40,7 @@ from broker.metrics import (
     MetricsHttpServer,
 )
 from broker.metrics.reporters import DynamicMetricsReporters
+from broker.network.plane_priority import ControlPlanePriority
 from broker.network.processor import Processor
 from broker.network.request_channel import CONTROL_PLANE_QUEUE_SIZE, RequestChannel
 from broker.network.socket_server import SocketServer, SocketServerConfig
@@ -160,6 +161,8 @@ class KafkaServer:
             if config.control_plane_listener_name
             else None
         )
+        # KIP-291 in one process: data-plane threads yield the GIL to control requests.
+        self.priority = ControlPlanePriority() if self.control_channel else None
         observer = RequestMetricsObserver(self.metrics)
         self.socket_server = SocketServer(
             config.listeners,
@@ -177,6 +180,7 @@ class KafkaServer:
             observer.on_response_sent,
             self._processor_idle_meter,
             tls,
+            self.priority,
         )
         self.handler_pool = self._handler_pool(
             self.data_channel, int(config.get("num.io.threads")), REQUEST_HANDLER_AVG_IDLE_PERCENT
@@ -329,8 +333,13 @@ class KafkaServer:
         def on_idle(idle_ns: int, _total_ns: int) -> None:
             meter.record_idle(idle_ns)
 
+        data = channel.plane == DATA_PLANE and self.priority is not None
         return RequestHandlerPool(
-            channel, lambda request: self.apis.handle(request, channel), threads, on_idle
+            channel,
+            lambda request: self.apis.handle(request, channel),
+            threads,
+            on_idle,
+            self.priority.yield_to_control if data and self.priority else None,
         )
 
     def _register_plane_gauges(self) -> None:

@@ -25,8 +25,10 @@ class RequestHandlerPool:
         handle: Callable[[Request], None],
         num_threads: int,
         on_idle: IdleRecorder | None = None,
+        yield_to_control: Callable[[], None] | None = None,
     ) -> None:
         self.channel = channel
+        self._yield_to_control = yield_to_control
         self._handle = handle
         self._on_idle = on_idle
         self._threads: list[threading.Thread] = []
@@ -85,6 +87,8 @@ class RequestHandlerPool:
                 return
             busy_start = time.monotonic_ns()
             if isinstance(item, Request):
+                if self._yield_to_control is not None:
+                    self._yield_to_control()  # data plane: a control request goes first
                 try:
                     self._handle(item)
                 except Exception:

@@ -37,6 +37,7 @@ import uvloop
 from confluent_kafka import KafkaException
 
 from broker.client.connection import UnsupportedApi
+from broker.tools.loadtest_cli import add_arguments
 from broker.tools.loadtest_controller import API_TITLES, ControlPlan, FakeController
 from broker.tools.loadtest_metrics import Scraper
 from broker.tools.loadtest_producers import (
@@ -69,106 +70,6 @@ from broker.tools.loadtest_topics import (
 PROGRESS_INTERVAL_S = 0.5
 RESULT_MARGIN_S = 10.0
 """How much longer than the load's own bounds the parent waits for its result."""
-
-
-def add_parser(sub: Any) -> None:
-    """Register the ``loadtest`` subcommand."""
-    parser = sub.add_parser(
-        "loadtest",
-        help="measure controller-request latency with and without a separate control plane",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
-    add_arguments(parser)
-    parser.set_defaults(func=run)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``kplane loadtest``."""
-    parser.add_argument(
-        "--scenarios",
-        default="idle,shared,separated",
-        help="comma-separated scenarios to run, in order (default: idle,shared,separated)",
-    )
-    parser.add_argument(
-        "--duration", type=float, default=10.0, help="measured seconds per scenario (default 10)"
-    )
-    parser.add_argument(
-        "--warmup",
-        type=float,
-        default=1.0,
-        help="seconds of load before measuring, not recorded (default 1)",
-    )
-    parser.add_argument("--producers", type=int, default=8, help="producer connections (default 8)")
-    parser.add_argument(
-        "--partitions",
-        type=int,
-        default=None,
-        help=f"partitions of {DATA_TOPIC} (default: the number of producers)",
-    )
-    parser.add_argument(
-        "--rate",
-        type=float,
-        default=0.0,
-        help="messages per second over all producers; 0 = as fast as possible (default)",
-    )
-    parser.add_argument(
-        "--max-messages",
-        type=int,
-        default=20_000_000,
-        help="at most this many messages per scenario (default 20000000)",
-    )
-    parser.add_argument("--record-size", type=int, default=512, help="value bytes (default 512)")
-    parser.add_argument("--linger-ms", type=float, default=2.0, help="producer linger.ms (2)")
-    parser.add_argument(
-        "--sample-every",
-        type=int,
-        default=100,
-        help="keep the latency of every Nth message in requests.parquet (default 100)",
-    )
-    parser.add_argument(
-        "--control-rate",
-        type=float,
-        default=50.0,
-        help="controller requests per second, one in flight (default 50)",
-    )
-    parser.add_argument(
-        "--control-timeout",
-        type=float,
-        default=30.0,
-        help="seconds before a controller request counts as timed out (default 30)",
-    )
-    parser.add_argument(
-        "--broker-override",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="broker property for every scenario's broker (repeatable)",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="output directory (default ./loadtest-results/<timestamp>)",
-    )
-    external = parser.add_argument_group("a running broker instead of started ones")
-    external.add_argument("--bootstrap-server", metavar="HOST:PORT", help="data endpoint")
-    external.add_argument(
-        "--control-server",
-        metavar="HOST:PORT",
-        help="where controller requests go (default: the bootstrap server)",
-    )
-    external.add_argument("--metrics-url", help="the broker's Prometheus /metrics URL")
-    external.add_argument("--broker-id", type=int, default=0, help="the broker's id (default 0)")
-    external.add_argument(
-        "--listener",
-        action="append",
-        default=[],
-        metavar="NAME=HOST:PORT",
-        help="every endpoint of the broker, for UpdateMetadata (repeatable, required)",
-    )
-    external.add_argument(
-        "--scenario-name", default="external", help="name of the one scenario (default external)"
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -254,6 +155,7 @@ def _check(args: argparse.Namespace) -> tuple[list[str], Target | None]:
             args.listener,
             args.broker_id,
             args.metrics_url,
+            args.controller_epoch,
         )
         return [args.scenario_name], target
     if args.control_server or args.listener or args.metrics_url:
@@ -310,6 +212,7 @@ async def _measure(
             CONTROL_TOPIC,
             topic.topic_id,
             topic.partitions,
+            target.controller_epoch,
         )
         controller = FakeController(
             target.control.host,

@@ -3,7 +3,8 @@
 Like Kafka's ControllerChannelManager it keeps one connection to the broker's control endpoint
 and ONE request in flight. Requests alternate UpdateMetadata / LeaderAndIsr, each at the highest
 version both sides speak, about the partitions of one topic, with a leader epoch that grows with
-every request so the broker never answers STALE_CONTROLLER_EPOCH. The request builders and the
+every request so the broker applies each one; the controller epoch is the broker's own
+controller's (a higher one would fence it). The request builders and the
 error extraction are pure; ``FakeController.run`` does the I/O.
 """
 
@@ -25,7 +26,6 @@ LEADER_AND_ISR = 4
 UPDATE_METADATA = 6
 API_TITLES = {UPDATE_METADATA: "UpdateMetadata", LEADER_AND_ISR: "LeaderAndIsr"}
 SECURITY_PROTOCOL_CODES = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
-CONTROLLER_EPOCH = 1_000_000
 """Far above any epoch the broker's own controller reaches, so never stale."""
 TIMEOUT_ERROR = "REQUEST_TIMED_OUT"
 DISCONNECTED_ERROR = "NETWORK_EXCEPTION"
@@ -52,7 +52,7 @@ class ControlPlan:
     topic: str
     topic_id: uuid.UUID
     partitions: tuple[int, ...]
-    controller_epoch: int = CONTROLLER_EPOCH
+    controller_epoch: int
 
 
 @dataclass(frozen=True)

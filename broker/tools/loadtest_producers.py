@@ -3,12 +3,13 @@
 The load runs in its own (spawned) process so that its Python work never competes for a GIL
 with the fake controller whose latencies are measured. One Producer is one connection to the
 broker; librdkafka batches, pipelines (``max.in.flight`` 5) and retries in its C threads.
-Every ``sample_every``-th message's latency (produce() to its delivery report, as librdkafka
-measures it) is kept; every delivery report is counted.
+After the warm-up, every message's delivery report is counted and every ``sample_every``-th
+message's latency (produce() to its delivery report, as librdkafka measures it) is kept.
 
 Protocol with the parent over a Pipe: the child sends ``"ready"`` once every Producer has
-metadata (so its connection is open), waits for ``"go"``, produces for ``duration`` seconds
-or ``max_messages`` messages, flushes for at most ``FLUSH_TIMEOUT_S`` and sends a LoadResult.
+metadata (so its connection is open; else a one-line error), waits for ``"go"``, produces for
+``warmup`` + ``duration`` seconds or until ``max_messages`` were measured, flushes for at most
+``FLUSH_TIMEOUT_S`` and sends a LoadResult.
 """
 
 from __future__ import annotations

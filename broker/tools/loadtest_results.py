@@ -37,6 +37,7 @@ QUEUE_METRICS = (
 )
 IDLE_MARK = "AvgIdlePercent"
 QUEUE_TIME_PREFIX = "RequestQueueTimeMs"
+TOTAL_TIME_PREFIX = "TotalTimeMs"
 HEADLINES = (("shared", "separated"), ("separated", "idle"))
 TARGETS = {  # summary key -> (numerator, denominator, comparison, bound) of a p99 ratio
     "separated_control_p99_at_most_2x_idle": ("separated", "idle", "<=", 2.0),
@@ -202,7 +203,9 @@ def scenario_summary(run: ScenarioRun) -> dict[str, Any]:
             if (stats := queue_stats([s.value for s in run.samples if s.metric == name]))
         },
         "idle_fraction_mean": mean_idle_fractions(run.samples),
-        "request_queue_time_ms_mean": mean_queue_times(run.samples),
+        # Inside the broker: time in the request queue, and from read to response written.
+        "request_queue_time_ms_mean": mean_broker_times(run.samples, QUEUE_TIME_PREFIX),
+        "total_time_ms_mean": mean_broker_times(run.samples, TOTAL_TIME_PREFIX),
         "scrapes": len({s.time for s in run.samples}),
         "scrape_failures": run.scrape_failures,
     }
@@ -254,23 +257,24 @@ def mean_idle_fractions(samples: Iterable[Sample]) -> dict[str, float]:
     return {metric: float(np.mean(v)) for metric, v in sorted(values.items())}
 
 
-def mean_queue_times(samples: Iterable[Sample]) -> dict[str, float]:
-    """``request/plane`` -> mean RequestQueueTimeMs over the scenario, from the growth of the
-    cumulative ``_sum`` and ``_count`` since the first scrape (0 where that lacked them)."""
+def mean_broker_times(samples: Iterable[Sample], metric_name: str) -> dict[str, float]:
+    """``request/plane`` -> the broker's mean ``metric_name`` (RequestQueueTimeMs,
+    TotalTimeMs...) over the scenario, from the growth of its cumulative ``_sum`` and
+    ``_count`` since the first scrape."""
     ordered = sorted(samples, key=lambda s: s.time)
     first: dict[str, float] = {}
     last: dict[str, float] = {}
     for s in ordered:
-        if s.metric.startswith(QUEUE_TIME_PREFIX + "_"):
+        if s.metric.startswith(metric_name + "_"):
             if s.time == ordered[0].time:
                 first[s.metric] = s.value
             last[s.metric] = s.value
     means = {}
     for metric, total in last.items():
-        if not metric.startswith(QUEUE_TIME_PREFIX + "_sum"):
+        if not metric.startswith(metric_name + "_sum"):
             continue
-        labels = metric[len(QUEUE_TIME_PREFIX + "_sum") :]
-        count_metric = QUEUE_TIME_PREFIX + "_count" + labels
+        labels = metric[len(metric_name + "_sum") :]
+        count_metric = metric_name + "_count" + labels
         count = last.get(count_metric, 0.0) - first.get(count_metric, 0.0)
         if count > 0:
             means[_label_key(labels)] = (total - first.get(metric, 0.0)) / count

@@ -71,6 +71,9 @@ class Target:
     control: Endpoint
     endpoints: tuple[Endpoint, ...]
     metrics_url: str | None
+    controller_epoch: int
+    """The broker's controller epoch: the fake controller speaks as that controller, so it
+    never fences the broker's own (a higher epoch would)."""
 
 
 def broker_properties(spec: ScenarioSpec, log_dir: Path, partitions: int) -> dict[str, str]:
@@ -120,12 +123,14 @@ def target_from_events(
     if missing:
         raise ScenarioError(f"the broker did not bind the listener(s) {', '.join(sorted(missing))}")
     urls = [e["url"] for e in events if e.get("event") == "metrics exposed"]
+    epochs = [int(e["controller_epoch"]) for e in events if e.get("event") == "controller elected"]
     return Target(
         broker_id,
         by_name[DATA_LISTENER],
         by_name[control_listener],
         tuple(endpoints),
         urls[0] if urls else None,
+        epochs[-1] if epochs else 1,
     )
 
 
@@ -216,6 +221,7 @@ def external_target(
     listeners: Sequence[str],
     broker_id: int,
     metrics_url: str | None,
+    controller_epoch: int = 1,
 ) -> Target:
     """The Target of a running broker from the command line; ValueError on bad input."""
     data_host, data_port = parse_address(bootstrap)
@@ -238,6 +244,7 @@ def external_target(
         _named(endpoints, control_host, control_port),
         tuple(endpoints),
         metrics_url,
+        controller_epoch,
     )
 
 

@@ -1,0 +1,83 @@
+"""KIP-291 benchmark: controller-request latency with the data plane saturated.
+
+Runs ``kplane loadtest`` (idle, shared, separated) with fixed settings and prints JSON: the
+client-side control-plane p50/p99 per scenario, the broker-side mean TotalTimeMs and
+RequestQueueTimeMs of controller requests, data throughput, and the two target ratios
+(separated p99 <= 2x idle p99; shared p99 >= 20x separated p99). Bounded: three scenarios of
+``--duration`` seconds each plus set-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from broker.tools.loadtest import main as loadtest
+
+
+def figures(summary: dict) -> dict:
+    """The benchmark's figures from a loadtest summary."""
+    out: dict = {
+        "scenarios": {},
+        "ratios": summary.get("ratios"),
+        "targets": summary.get("targets"),
+    }
+    for name, scenario in summary["scenarios"].items():
+        control = scenario["control"]["latency_ms"] or {}
+        broker_total = {
+            k: round(v, 3)
+            for k, v in scenario.get("total_time_ms_mean", {}).items()
+            if not k.startswith("Produce")
+        }
+        broker_queue = {
+            k: round(v, 3)
+            for k, v in scenario.get("request_queue_time_ms_mean", {}).items()
+            if not k.startswith("Produce")
+        }
+        data = scenario.get("data") or {}
+        out["scenarios"][name] = {
+            "control_p50_ms": round(control.get("p50", 0.0), 3),
+            "control_p99_ms": round(control.get("p99", 0.0), 3),
+            "control_requests": scenario["control"]["requests"],
+            "broker_total_time_ms_mean": broker_total,
+            "broker_queue_time_ms_mean": broker_queue,
+            "data_messages_per_s": round(data.get("messages_per_s", 0.0)),
+            "request_queue_size_mean": round(
+                scenario.get("queues", {}).get("RequestQueueSize", {}).get("mean", 0.0), 1
+            ),
+        }
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--producers", type=int, default=64)
+    parser.add_argument("--out", type=Path, default=None, help="keep the loadtest results here")
+    args = parser.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="kplane-bench-cp-"))
+    with contextlib.redirect_stdout(sys.stderr):  # the loadtest's own summary
+        code = loadtest(
+            [
+                "--duration",
+                str(args.duration),
+                "--producers",
+                str(args.producers),
+                "--out",
+                str(out),
+            ]
+        )
+    if code != 0:
+        return code
+    summary = json.loads((out / "summary.json").read_text())
+    json.dump(figures(summary), sys.stdout, indent=2)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""``kplane loadtest`` end to end: real brokers, real Producers, the fake controller.
+
+Short runs: the assertions are on the files' shape and on counts, never on latency values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from broker.testing.plugin import BrokerProcess, free_port, wait_for_port
+from broker.tools import loadtest
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("loadtest")]
+
+SHORT = [
+    "--duration", "3",
+    "--warmup", "0.5",
+    "--producers", "2",
+    "--rate", "2000",
+    "--control-rate", "20",
+    "--sample-every", "10",
+]  # fmt: skip
+REQUEST_SCHEMA = pa.schema(
+    [
+        ("scenario", pa.string()),
+        ("plane", pa.string()),
+        ("api", pa.string()),
+        ("send_time", pa.float64()),
+        ("latency_ms", pa.float64()),
+        ("error", pa.string()),
+    ]
+)
+SAMPLE_SCHEMA = pa.schema(
+    [
+        ("scenario", pa.string()),
+        ("time", pa.float64()),
+        ("metric", pa.string()),
+        ("value", pa.float64()),
+    ]
+)
+CONTROL_APIS = {"UpdateMetadata", "LeaderAndIsr"}
+
+
+def requests_of(out: Path) -> list[dict]:
+    table = pq.read_table(out / "requests.parquet")
+    assert table.schema == REQUEST_SCHEMA
+    return table.to_pylist()
+
+
+def test_three_scenarios_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "results"
+    code = loadtest.main([*SHORT, "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out)  # stdout holds the summary and nothing else
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+    rows = requests_of(out)
+    control = [r for r in rows if r["plane"] == "control"]
+    data = [r for r in rows if r["plane"] == "data"]
+    for scenario in ("idle", "shared", "separated"):
+        apis = {r["api"] for r in control if r["scenario"] == scenario}
+        assert apis == CONTROL_APIS, scenario
+    assert {r["scenario"] for r in data} == {"shared", "separated"}
+    assert {r["api"] for r in data} == {"Produce"}
+    assert [r for r in control if r["error"] is not None] == []
+    assert all(r["latency_ms"] >= 0 and r["send_time"] > 0 for r in rows)
+
+    samples = pq.read_table(out / "samples.parquet")
+    assert samples.schema == SAMPLE_SCHEMA
+    metrics_by_scenario: dict[str, set[str]] = {}
+    for r in samples.to_pylist():
+        metrics_by_scenario.setdefault(r["scenario"], set()).add(r["metric"])
+    assert set(metrics_by_scenario) == {"idle", "shared", "separated"}
+    for scenario, metrics in metrics_by_scenario.items():
+        assert "RequestQueueSize" in metrics, scenario
+    assert "ControlPlaneRequestQueueSize" in metrics_by_scenario["separated"]
+
+    assert set(summary["ratios"]) == {
+        "shared_control_p99/separated_control_p99",
+        "separated_control_p99/idle_control_p99",
+    }
+    assert set(summary["targets"]) == {
+        "separated_control_p99_at_most_2x_idle",
+        "shared_control_p99_at_least_20x_separated",
+    }
+    for scenario in ("idle", "shared", "separated"):
+        s = summary["scenarios"][scenario]
+        assert s["control"]["requests"] == len([r for r in control if r["scenario"] == scenario])
+        assert s["control"]["errors"] == 0
+        assert s["control"]["latency_ms"]["p99"] is not None
+        assert s["queues"]["RequestQueueSize"]["samples"] > 0
+    for scenario in ("shared", "separated"):
+        d = summary["scenarios"][scenario]["data"]
+        assert d["delivered"] > 0 and d["failed"] == 0 and d["undelivered"] == 0
+        assert d["sampled"] == len([r for r in data if r["scenario"] == scenario])
+    assert summary["scenarios"]["idle"]["data"] is None
+    assert summary["scenarios"]["shared"]["broker"]["control_endpoint"].startswith("INTERNAL://")
+    assert summary["scenarios"]["separated"]["broker"]["control_endpoint"].startswith(
+        "CONTROLLER://"
+    )
+    assert summary["options"]["producers"] == 2
+    for scenario in ("idle", "shared", "separated"):
+        assert (out / f"{scenario}-broker.log").is_file()
+
+
+def test_a_running_broker(
+    broker_process: Callable[..., BrokerProcess],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    client, controller = free_port(), free_port()
+    broker_process(
+        "configs/server.properties",
+        f"listeners=CLIENT://127.0.0.1:{client},CONTROLLER://127.0.0.1:{controller}",
+        "listener.security.protocol.map=CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name=CLIENT",
+        "control.plane.listener.name=CONTROLLER",
+        plaintext_port=False,
+    )
+    wait_for_port("127.0.0.1", client)
+    wait_for_port("127.0.0.1", controller)
+    out = tmp_path / "results"
+    argv = [
+        *SHORT,
+        "--duration", "2",
+        "--bootstrap-server", f"127.0.0.1:{client}",
+        "--control-server", f"127.0.0.1:{controller}",
+        "--listener", f"CLIENT=127.0.0.1:{client}",
+        "--listener", f"CONTROLLER=127.0.0.1:{controller}",
+        "--scenario-name", "mine",
+        "--out", str(out),
+    ]  # fmt: skip
+    code = loadtest.main(argv)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out)
+    assert list(summary["scenarios"]) == ["mine"]
+    assert summary["ratios"] == {}
+    rows = requests_of(out)
+    assert {(r["scenario"], r["plane"]) for r in rows} == {("mine", "control"), ("mine", "data")}
+    assert [r for r in rows if r["plane"] == "control" and r["error"] is not None] == []
+    assert pq.read_table(out / "samples.parquet").num_rows == 0  # no --metrics-url
+
+
+def test_a_scenario_that_cannot_run_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        *SHORT,
+        "--scenarios", "shared",
+        "--broker-override", "listener.security.protocol.map=CLIENT:NOPE",
+        "--out", str(tmp_path / "results"),
+    ]  # fmt: skip
+    assert loadtest.main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert lines[-1].startswith("kplane loadtest: scenario shared could not run: ")
