@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-APT_PACKAGES := kcat
+APT_PACKAGES := kcat docker-compose zookeeper
 JAVA_PACKAGE := openjdk-17-jre-headless
 CONFIG ?= configs/server.properties
 
@@ -25,14 +25,16 @@ apt:
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
 run: setup
 	$(BIN)/kplane serve $(CONFIG)
 
+# KPLANE_REQUIRE_COMPOSE=1: a missing docker-compose fails the deployment-file tests.
+# KPLANE_REQUIRE_ZOOKEEPER=1: a missing ZooKeeper (java, Debian zookeeper jar) fails its tests.
 test: setup
-	$(BIN)/pytest -n 2 --dist loadgroup
+	KPLANE_REQUIRE_COMPOSE=1 KPLANE_REQUIRE_ZOOKEEPER=1 $(BIN)/pytest -n 2 --dist loadgroup
 
 test-unit: setup
 	$(BIN)/pytest tests/unit
@@ -40,6 +42,7 @@ test-unit: setup
 bench: setup
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/client.py
+	$(BIN)/python bench/control_plane.py
 
 lint: setup
 	$(BIN)/ruff check broker protocol tests bench

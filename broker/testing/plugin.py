@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from broker.config.kafka_config import KafkaConfig
 from broker.logging_setup import configure_logging
 from broker.server.kafka_server import KafkaServer
 from broker.testing.wire import WireClient
+from broker.testing.zookeeper import ZooKeeperServer, unavailable_reason
 from protocol.errors import ErrorCode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -159,7 +161,7 @@ def wait_for_port(host: str, port: int, timeout: float = 30.0) -> None:
 @pytest.fixture
 def broker_factory(tmp_path: Path) -> Iterator[Callable[..., RunningBroker]]:
     """Start in-process brokers with test defaults plus overrides; all stop at teardown."""
-    configure_logging()
+    configure_logging(cache_loggers=False)
     started: list[RunningBroker] = []
 
     def start(overrides: Mapping[str, str] | None = None) -> RunningBroker:
@@ -216,3 +218,42 @@ def broker_process(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     yield start
     for handle in processes:
         handle.kill()
+
+
+# ZooKeeper ----------------------------------------------------------------------------------
+
+REQUIRE_ZOOKEEPER_ENV = "KPLANE_REQUIRE_ZOOKEEPER"
+
+
+def require_zookeeper() -> None:
+    """Skip when java or Debian's zookeeper jar is missing; fail instead under
+    ``KPLANE_REQUIRE_ZOOKEEPER=1`` (``make test``, CI), where they must be installed."""
+    reason = unavailable_reason()
+    if reason is None:
+        return
+    if os.environ.get(REQUIRE_ZOOKEEPER_ENV) == "1":
+        pytest.fail(f"{REQUIRE_ZOOKEEPER_ENV}=1 but no ZooKeeper can run: {reason}")
+    pytest.skip(f"no ZooKeeper: {reason}")
+
+
+@pytest.fixture(scope="session")
+def zookeeper_session_server() -> Iterator[ZooKeeperServer]:
+    """One ZooKeeper for the session (per xdist worker), shared: don't stop or kill it."""
+    require_zookeeper()
+    with ZooKeeperServer() as server:
+        yield server
+
+
+@pytest.fixture
+def zookeeper(zookeeper_session_server: ZooKeeperServer) -> str:
+    """Connect string of a running ZooKeeper with a chroot of this test's own, e.g.
+    ``127.0.0.1:41234/kplane-test-1f2e3d4c5b6a`` (the store creates the chroot)."""
+    return f"{zookeeper_session_server.connect}/kplane-test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def zookeeper_server() -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper process of this test's own, to stop, kill or restart."""
+    require_zookeeper()
+    with ZooKeeperServer() as server:
+        yield server
