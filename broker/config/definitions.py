@@ -186,7 +186,6 @@ DOUBLE_MAX = sys.float_info.max
 
 NOT_YET_HONOURED = frozenset(
     {
-        "zookeeper.connect",
         "background.threads",
         "num.replica.fetchers",
         "num.recovery.threads.per.data.dir",
@@ -222,7 +221,6 @@ NOT_YET_HONOURED = frozenset(
         "log.message.timestamp.difference.max.ms",
         "log.message.downconversion.enable",
         "compression.type",
-        "unclean.leader.election.enable",
         "replica.lag.time.max.ms",
         "offsets.topic.num.partitions",
         "offsets.topic.replication.factor",
@@ -347,6 +345,12 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("zookeeper.connect", T.STRING, None,
               "ZooKeeper connection string host:port[,host:port][/chroot]. Unset: the "
               "embedded metadata store under log.dirs.", H, RO),
+    ConfigDef("zookeeper.session.timeout.ms", T.INT, 18000,
+              "ZooKeeper session timeout: a broker silent this long loses its registration "
+              "(and the controller role).", H, RO, at_least(1)),
+    ConfigDef("zookeeper.connection.timeout.ms", T.INT, None,
+              "How long start-up waits to connect to ZooKeeper. Unset: the session timeout.",
+              H, RO, at_least(1)),
     # Listeners (KIP-2, KIP-103, KIP-291)
     ConfigDef("listeners", T.STRING, "PLAINTEXT://:9092",
               "Comma-separated NAME://host:port the broker binds. An empty host binds every "
@@ -568,6 +572,10 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("sasl.enabled.mechanisms", T.LIST, ["GSSAPI"],
               "SASL mechanisms a listener offers (kplane serves PLAIN, SCRAM-SHA-256 and "
               "SCRAM-SHA-512).", M, BROKER),
+    ConfigDef("sasl.mechanism.inter.broker.protocol", T.STRING, "GSSAPI",
+              "SASL mechanism a broker uses as a client of another broker's SASL listener "
+              "(the controller's connections), with the username/password options of that "
+              "listener's login context.", M, BROKER),
     ConfigDef("sasl.jaas.config", T.PASSWORD, None,
               "JAAS login context, e.g. PlainLoginModule with user_<name>=\"<password>\" "
               "options; also listener.name.<name>.<mechanism>.sasl.jaas.config.", M, BROKER),

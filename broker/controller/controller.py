@@ -1,9 +1,16 @@
-"""KafkaController: elects itself through ``/controller`` and decides partition leaders.
+"""KafkaController: one broker of the cluster elected through ``/controller``.
 
-It watches ``/brokers/ids`` and ``/brokers/topics`` and turns what it sees into partition
-states and metadata. On the embedded store the broker is its own controller and applies
-leadership locally; on ZooKeeper the same decisions travel as LeaderAndIsr and
-UpdateMetadata over the control plane (a later issue).
+Every broker runs one. The first to create the ephemeral ``/controller`` is the controller
+(it bumps ``/controller_epoch``); the others watch the node and try again when it goes. The
+controller watches ``/brokers/ids`` and ``/brokers/topics``, decides each partition's leader
+and ISR (written to ``.../partitions/<p>/state``) and tells the brokers — itself included,
+over the network as Kafka does — with LeaderAndIsr (the replicas whose role changed),
+UpdateMetadata (every live broker) and StopReplica (a deleted topic's replicas), through the
+ControllerChannelManager.
+
+kplane does not replicate between brokers yet, so an ISR is the leader alone: when a leader
+dies its partitions go offline (leader -1) unless ``unclean.leader.election.enable`` lets
+another replica lead.
 """
 
 from __future__ import annotations
@@ -16,141 +23,323 @@ from collections.abc import Callable
 
 import structlog
 
-from broker.metadata.cache import MetadataCache, PartitionInfo, TopicInfo
-from broker.metadata.kafka_store import KafkaMetadataClient, PartitionStateRecord
+from broker.controller.channel_manager import ControllerChannelManager
+from broker.controller.requests import (
+    LEADER_AND_ISR,
+    LEADER_DURING_DELETE,
+    STOP_REPLICA,
+    UPDATE_METADATA,
+    PartitionState,
+    leader_and_isr,
+    stop_replica,
+    update_metadata,
+)
+from broker.metadata.kafka_store import (
+    BrokerRegistration,
+    KafkaMetadataClient,
+    PartitionStateRecord,
+)
 from broker.metadata.store import NodeExistsError, NoNodeError
 
 log = structlog.get_logger(__name__)
 
-LeadershipListener = Callable[[str, dict[int, PartitionInfo]], None]
-DeletionListener = Callable[[str], None]
+CONTROLLER_PATH = "/controller"
+EPOCH_PATH = "/controller_epoch"
 
 
 class KafkaController:
-    """Controller duties for the partitions of every topic in the store."""
+    """Controller election, and the controller's duties while elected."""
 
     def __init__(
         self,
         broker_id: int,
         client: KafkaMetadataClient,
-        cache: MetadataCache,
-        on_leadership: LeadershipListener,
-        on_topic_deleted: DeletionListener,
+        channels: ControllerChannelManager,
+        unclean_leader_election: Callable[[], bool],
     ) -> None:
         self.broker_id = broker_id
         self.client = client
-        self.cache = cache
-        self._on_leadership = on_leadership
-        self._on_topic_deleted = on_topic_deleted
+        self.channels = channels
+        self._unclean = unclean_leader_election
         self.epoch = 0
+        self.active = False
         self._lock = threading.RLock()
-        self._known_topics: set[str] = set()
+        self._brokers: dict[int, BrokerRegistration] = {}
+        self._states: dict[tuple[str, int], PartitionState] = {}
         self._watched_brokers: set[int] = set()
-        self._watched: set[str] = set()
+        self._watched_topics: set[str] = set()
+        self._watching = False
 
+    # election ------------------------------------------------------------------------
     def startup(self) -> None:
-        """Become controller, load every topic, and watch for changes."""
+        """Try to become controller; otherwise follow ``/controller``."""
         store = self.client.store
-        store.create(
-            "/controller",
-            json.dumps(
-                {
-                    "version": 1,
-                    "brokerid": self.broker_id,
-                    "timestamp": str(int(time.time() * 1000)),
-                }
-            ).encode(),
-            ephemeral=True,
-            makepath=True,
-        )
-        try:
-            data, stat = store.get("/controller_epoch")
-            self.epoch = int(data) + 1
-            store.set("/controller_epoch", str(self.epoch).encode(), version=stat.version)
-        except NoNodeError:
-            self.epoch = 1
-            with contextlib.suppress(NodeExistsError):
-                store.create("/controller_epoch", b"1")
-        self.cache.update(controller_id=self.broker_id)
+        store.watch_data(CONTROLLER_PATH, lambda _path: self._controller_changed())
+        self.elect()
+
+    def _controller_changed(self) -> None:
+        if self.client.store.exists(CONTROLLER_PATH) is None:
+            self.elect()
+
+    def elect(self) -> None:
+        """Create ``/controller`` if nobody holds it, and take over."""
+        with self._lock:
+            if self.active:
+                return
+            try:
+                self.client.store.create(
+                    CONTROLLER_PATH,
+                    json.dumps(
+                        {
+                            "version": 1,
+                            "brokerid": self.broker_id,
+                            "timestamp": str(int(time.time() * 1000)),
+                        }
+                    ).encode(),
+                    ephemeral=True,
+                    makepath=True,
+                )
+            except NodeExistsError:
+                return
+            self.epoch = self._bump_epoch()
+            self.active = True
+            log.info("controller elected", broker_id=self.broker_id, controller_epoch=self.epoch)
+            self._on_elected()
+
+    def resign(self) -> None:
+        """Stop acting as controller (the session that held ``/controller`` is gone)."""
+        with self._lock:
+            if self.active:
+                log.info("controller resigned", broker_id=self.broker_id)
+            self.active = False
+            for broker_id in list(self._brokers):
+                self.channels.remove_broker(broker_id)
+            self._brokers.clear()
+            self._states.clear()
+
+    def _bump_epoch(self) -> int:
+        store = self.client.store
+        while True:
+            try:
+                data, stat = store.get(EPOCH_PATH)
+            except NoNodeError:
+                with contextlib.suppress(NodeExistsError):
+                    store.create(EPOCH_PATH, b"1", makepath=True)
+                    return 1
+                continue
+            epoch = int(data) + 1
+            with contextlib.suppress(Exception):
+                store.set(EPOCH_PATH, str(epoch).encode(), version=stat.version)
+                return epoch
+
+    # duties ----------------------------------------------------------------------------
+    def _on_elected(self) -> None:
+        store = self.client.store
         for path in ("/brokers/topics", "/brokers/ids"):
             if store.exists(path) is None:
-                store.create(path, makepath=True)
-        store.watch_children("/brokers/ids", lambda _p: self._brokers_changed())
-        store.watch_children("/brokers/topics", lambda _p: self._topics_changed())
-        self._brokers_changed()
-        self._topics_changed()
-        log.info("controller elected", broker_id=self.broker_id, controller_epoch=self.epoch)
+                with contextlib.suppress(NodeExistsError):
+                    store.create(path, makepath=True)
+        if not self._watching:
+            self._watching = True
+            store.watch_children("/brokers/ids", lambda _p: self._brokers_changed())
+            store.watch_children("/brokers/topics", lambda _p: self._topics_changed())
+        # Load everything first, then tell every broker the whole state at once.
+        self._brokers = {b.broker_id: b for b in self.client.get_brokers()}
+        for broker in self._brokers.values():
+            self._watch_broker(broker.broker_id)
+            self.channels.add_broker(broker)
+        for topic in sorted(self.client.get_topics()):
+            self._watch_topic(topic)
+            self._assign(topic)
+        full = list(self._states.values())
+        self._send_leader_and_isr(full, full=True)
+        self._send_update_metadata(full)
+
+    def _watch_broker(self, broker_id: int) -> None:
+        if broker_id not in self._watched_brokers:
+            self._watched_brokers.add(broker_id)
+            self.client.store.watch_data(f"/brokers/ids/{broker_id}", self._brokers_changed)
+
+    def _watch_topic(self, topic: str) -> None:
+        if topic not in self._watched_topics:
+            self._watched_topics.add(topic)
+            self.client.store.watch_data(f"/brokers/topics/{topic}", self._assignment_changed)
 
     def _brokers_changed(self, _path: str | None = None) -> None:
         with self._lock:
-            brokers = self.client.get_brokers()
-            for broker in brokers:
-                if broker.broker_id not in self._watched_brokers:
-                    # A registration rewritten at runtime (listeners changed, KIP-226).
-                    self._watched_brokers.add(broker.broker_id)
-                    self.client.store.watch_data(
-                        f"/brokers/ids/{broker.broker_id}", self._brokers_changed
+            if not self.active:
+                return
+            current = {b.broker_id: b for b in self.client.get_brokers()}
+            for broker_id in current:
+                self._watch_broker(broker_id)
+            gone = set(self._brokers) - set(current)
+            joined = [b for i, b in current.items() if self._brokers.get(i) != b]
+            self._brokers = current
+            for broker_id in sorted(gone):
+                self.channels.remove_broker(broker_id)
+                log.info("broker gone", broker_id=broker_id)
+            for broker in joined:
+                self.channels.add_broker(broker)
+            changed = self._elect_offline_partitions(gone) if gone else []
+            if changed:
+                self._send_leader_and_isr(changed)
+            # Every live broker learns the new broker list; a joining (or changed) broker
+            # gets every partition state, the others only what changed.
+            joined_ids = {b.broker_id for b in joined}
+            full = list(self._states.values())
+            for broker_id in self._brokers:
+                states = full if broker_id in joined_ids else changed
+                self._send(broker_id, UPDATE_METADATA, self._update_metadata(states))
+            for broker in joined:
+                hosted = [s for s in full if broker.broker_id in s.replicas]
+                if hosted:
+                    self._send(
+                        broker.broker_id,
+                        LEADER_AND_ISR,
+                        self._leader_and_isr(hosted, full=True),
                     )
-            self.cache.update(brokers=brokers)
 
     def _topics_changed(self) -> None:
         with self._lock:
+            if not self.active:
+                return
             current = set(self.client.get_topics())
-            for topic in sorted(current - self._known_topics):
-                if topic not in self._watched:
-                    self._watched.add(topic)
-                    self.client.store.watch_data(
-                        f"/brokers/topics/{topic}", self._assignment_changed
-                    )
-                self._elect_leaders(topic)
-            for topic in sorted(self._known_topics - current):
-                self.cache.update(removed_topics=[topic])
-                self._on_topic_deleted(topic)
-                log.info("topic deleted", topic=topic)
-            self._known_topics = current
+            known = {t for t, _ in self._states}
+            for topic in sorted(current):
+                self._watch_topic(topic)
+            for topic in sorted(current - known):
+                self._topic_assigned(topic)
+            for topic in sorted(known - current):
+                self._topic_deleted(topic)
+            self._watched_topics &= current
 
     def _assignment_changed(self, path: str) -> None:
         topic = path.rsplit("/", 1)[-1]
         with self._lock:
-            if topic in self._known_topics and self.client.get_assignment(topic) is not None:
-                self._elect_leaders(topic)
+            if self.active and topic in {t for t, _ in self._states}:
+                self._topic_assigned(topic)
 
-    def _elect_leaders(self, topic: str) -> None:
+    def _topic_assigned(self, topic: str) -> None:
+        """Give every new partition of ``topic`` a leader, and tell the brokers."""
+        changed = self._assign(topic)
+        if changed:
+            self._send_leader_and_isr(changed)
+            self._send_update_metadata(changed)
+            log.info("partitions assigned", topic=topic, partitions=len(changed))
+
+    def _assign(self, topic: str) -> list[PartitionState]:
+        """Leaders for the partitions of ``topic`` the controller does not know yet: the
+        stored state when its leader lives, else the first live replica."""
         assignment = self.client.get_assignment(topic)
         if assignment is None:
-            return
-        live = set(self.cache.snapshot.brokers)
-        partitions: dict[int, PartitionInfo] = {}
+            return []
+        live = set(self._brokers)
+        changed = []
         for index, replicas in sorted(assignment.partitions.items()):
-            state = self.client.get_partition_state(topic, index)
-            if state is None:
+            if (topic, index) in self._states:
+                continue
+            record = self.client.get_partition_state(topic, index)
+            if record is None or (record.leader not in live and record.leader >= 0):
                 leader = next((r for r in replicas if r in live), -1)
-                state = PartitionStateRecord(
-                    leader, 0, tuple(r for r in replicas if r in live), self.epoch
+                epoch = record.leader_epoch + 1 if record else 0
+                record = PartitionStateRecord(
+                    leader, epoch, (leader,) if leader >= 0 else (), self.epoch
                 )
-                self.client.set_partition_state(topic, index, state)
-            elif state.leader not in live:
-                leader = next((r for r in state.isr if r in live), -1)
-                state = PartitionStateRecord(
-                    leader,
-                    state.leader_epoch + 1,
-                    tuple(r for r in state.isr if r in live),
-                    self.epoch,
-                )
-                self.client.set_partition_state(topic, index, state)
-            partitions[index] = PartitionInfo(
+                self.client.set_partition_state(topic, index, record)
+            state = PartitionState(
+                topic,
                 index,
-                state.leader,
-                state.leader_epoch,
-                replicas,
-                state.isr,
-                tuple(r for r in replicas if r not in live),
+                record.leader,
+                record.leader_epoch,
+                tuple(record.isr),
+                tuple(replicas),
+                assignment.topic_id,
             )
-        self.cache.update(
-            topics=[
-                TopicInfo(
-                    topic, assignment.topic_id, partitions, is_internal=topic.startswith("__")
-                )
-            ]
-        )
-        self._on_leadership(topic, partitions)
+            self._states[(topic, index)] = state
+            changed.append(state)
+        return changed
+
+    def _topic_deleted(self, topic: str) -> None:
+        states = [s for (t, _), s in self._states.items() if t == topic]
+        for s in states:
+            del self._states[(s.topic, s.partition)]
+        deleting = [
+            PartitionState(s.topic, s.partition, LEADER_DURING_DELETE, s.leader_epoch, (), ())
+            for s in states
+        ]
+        self._send_update_metadata(deleting)
+        by_broker: dict[int, list[tuple[str, int]]] = {}
+        for s in states:
+            for replica in s.replicas:
+                by_broker.setdefault(replica, []).append((s.topic, s.partition))
+        for broker_id, partitions in by_broker.items():
+            self._send(
+                broker_id, STOP_REPLICA, stop_replica(self.broker_id, self.epoch, partitions, True)
+            )
+        log.info("topic deleted", topic=topic, partitions=len(states))
+
+    def _elect_offline_partitions(self, gone: set[int]) -> list[PartitionState]:
+        """New leaders for partitions led by dead brokers: from the ISR, else (unclean
+        election) any live replica, else none (-1, offline)."""
+        live = set(self._brokers)
+        changed = []
+        for key, s in list(self._states.items()):
+            if s.leader not in gone:
+                continue
+            isr = tuple(r for r in s.isr if r in live)
+            leader = isr[0] if isr else -1
+            if leader < 0 and self._unclean():
+                leader = next((r for r in s.replicas if r in live), -1)
+                isr = (leader,) if leader >= 0 else ()
+            new = PartitionState(
+                s.topic, s.partition, leader, s.leader_epoch + 1, isr, s.replicas, s.topic_id
+            )
+            self.client.set_partition_state(
+                s.topic,
+                s.partition,
+                PartitionStateRecord(leader, new.leader_epoch, isr, self.epoch),
+            )
+            self._states[key] = new
+            changed.append(new)
+            log.info(
+                "partition leader elected" if leader >= 0 else "partition offline",
+                topic=s.topic,
+                partition=s.partition,
+                leader=leader,
+                leader_epoch=new.leader_epoch,
+            )
+        return changed
+
+    # sending -------------------------------------------------------------------------
+    def _send(self, broker_id: int, api_key: int, build: Callable[[int], object]) -> None:
+        self.channels.send(broker_id, api_key, build)
+
+    def _leaders(self, states: list[PartitionState]) -> list[tuple[int, str, int]]:
+        out = []
+        for leader in sorted({s.leader for s in states if s.leader >= 0}):
+            broker = self._brokers.get(leader)
+            endpoint = broker.endpoint(self.channels.listener) if broker else None
+            if endpoint is not None:
+                out.append((leader, endpoint.host, endpoint.port))
+        return out
+
+    def _leader_and_isr(self, states: list[PartitionState], full: bool = False) -> Callable:
+        return leader_and_isr(self.broker_id, self.epoch, states, self._leaders(states), full)
+
+    def _update_metadata(self, states: list[PartitionState]) -> Callable:
+        brokers = [self._brokers[i] for i in sorted(self._brokers)]
+        return update_metadata(self.broker_id, self.epoch, states, brokers)
+
+    def _send_leader_and_isr(self, states: list[PartitionState], full: bool = False) -> None:
+        by_broker: dict[int, list[PartitionState]] = {}
+        for s in states:
+            for replica in s.replicas:
+                if replica in self._brokers:
+                    by_broker.setdefault(replica, []).append(s)
+        for broker_id, hosted in by_broker.items():
+            self._send(broker_id, LEADER_AND_ISR, self._leader_and_isr(hosted, full))
+
+    def _send_update_metadata(self, states: list[PartitionState]) -> None:
+        build = self._update_metadata(states)
+        for broker_id in self._brokers:
+            self._send(broker_id, UPDATE_METADATA, build)

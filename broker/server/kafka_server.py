@@ -15,14 +15,17 @@ import structlog
 from broker.config.dynamic_config import DynamicBrokerConfig
 from broker.config.endpoint import EndPoint
 from broker.config.kafka_config import KafkaConfig
+from broker.controller.channel_manager import ControllerChannelManager
 from broker.controller.controller import KafkaController
 from broker.group.coordinator import GroupConfig, GroupCoordinator
 from broker.log.log_config import LogConfigs
 from broker.log.log_manager import LogManager
-from broker.log.partition import TopicPartition
-from broker.metadata.cache import MetadataCache, PartitionInfo
+from broker.metadata.cache import MetadataCache
 from broker.metadata.kafka_store import BrokerRegistration, KafkaMetadataClient
-from broker.metadata.store import EmbeddedMetadataStore, MetadataStore, NodeExistsError
+from broker.metadata.meta_properties import check_meta_properties
+from broker.metadata.store import MetadataStore, NodeExistsError
+from broker.metadata.stores import open_store
+from broker.metadata.zk_store import ZooKeeperMetadataStore
 from broker.metrics import (
     CONTROL_PLANE,
     CONTROL_PLANE_EXPIRED_CONNECTIONS_KILLED_COUNT,
@@ -62,14 +65,13 @@ from broker.server.kafka_apis import KafkaApis
 from broker.server.metadata_apis import MetadataApis
 from broker.server.produce_apis import ProduceApis, ProducerIdManager
 from broker.server.purgatory import DelayedOperationPurgatory
-from broker.server.replica_manager import ReplicaManager, ReplicaState
+from broker.server.replica_manager import ReplicaManager
 from broker.server.request_handler import RequestHandlerPool
 from broker.server.request_metrics import RequestMetricsObserver
 from broker.server.sasl_apis import SaslApis
 from broker.server.scram_apis import ScramApis
 from broker.server.timer import SystemTimer
 from broker.server.topic_apis import TopicApis
-from protocol.errors import KafkaError
 
 log = structlog.get_logger(__name__)
 
@@ -113,7 +115,7 @@ class KafkaServer:
         """Start every component; raises (and cleans up) when the broker cannot start."""
         log_dir = self.static_config.log_dirs[0]
         os.makedirs(log_dir, exist_ok=True)
-        self.store = self._store or EmbeddedMetadataStore(log_dir)
+        self.store = self._store or open_store(self.static_config)
         self.client = KafkaMetadataClient(self.store)
         # Static config with the dynamic values stored for this broker on top (KIP-226).
         self.dynamic = self.dynamic_config = DynamicBrokerConfig(self.static_config, self.client)
@@ -124,6 +126,7 @@ class KafkaServer:
         self.sasl_listeners = sasl_listeners(config, self.scram_credentials)
         self.authorizer = authorizer_from_config(config, self.store)
         self.cluster_id = self.client.get_or_create_cluster_id()
+        check_meta_properties(log_dir, self.broker_id, self.cluster_id)
         self.cache = MetadataCache(self.cluster_id, self.broker_id)
         self.timer = SystemTimer()
         self.log_manager = LogManager()
@@ -204,15 +207,18 @@ class KafkaServer:
             if self.authorizer is not None:
                 self.authorizer.startup()
             self._register()
+            self.socket_server.start()
+            self.channels = ControllerChannelManager(config)
             self.controller = KafkaController(
                 self.broker_id,
                 self.client,
-                self.cache,
-                self._apply_leadership,
-                self.replica_manager.stop_topic,
+                self.channels,
+                lambda: bool(self.config.get("unclean.leader.election.enable")),
             )
             self.controller.startup()
-            self.socket_server.start()
+            if isinstance(self.store, ZooKeeperMetadataStore):
+                self.store.add_session_listener(self._on_new_session)
+            self._await_own_metadata()
             self.dynamic.watch()
             self.log_configs.watch()
             self._start_metrics_http()
@@ -306,16 +312,24 @@ class KafkaServer:
             )
         )
 
-    def _apply_leadership(self, topic: str, partitions: dict[int, PartitionInfo]) -> None:
-        """The embedded controller's decisions, applied as a LeaderAndIsr would be."""
-        with contextlib.suppress(KafkaError):  # an older controller: its decisions are stale
-            self.replica_manager.become_leader_or_follower(
-                self.controller.epoch,
-                [
-                    ReplicaState(TopicPartition(topic, i), p.leader, p.leader_epoch, p.leader_epoch)
-                    for i, p in partitions.items()
-                ],
-            )
+    def _await_own_metadata(self) -> None:
+        """Wait (bounded) for the controller's first UpdateMetadata to name this broker, so
+        "started" means clients are answered with the cluster, not an empty one."""
+        deadline = time.monotonic() + int(self.config.get("zookeeper.session.timeout.ms")) / 1000
+        while self.broker_id not in self.cache.snapshot.brokers:
+            if time.monotonic() > deadline:
+                log.warning("no metadata from the controller yet", broker_id=self.broker_id)
+                return
+            time.sleep(0.01)
+
+    def _on_new_session(self) -> None:
+        """A new ZooKeeper session: the old one's ephemeral nodes are gone. Register again
+        and stand for controller again."""
+        log.info("metadata store session renewed: registering again", broker_id=self.broker_id)
+        self.controller.resign()
+        with contextlib.suppress(NodeExistsError):
+            self.client.register_broker(self._registration())
+        self.controller.elect()
 
     def _topic_id(self, topic: str) -> uuid.UUID | None:
         info = self.cache.topic(topic)
@@ -464,6 +478,8 @@ class KafkaServer:
             steps.append(("stop metrics http", self.metrics_http.stop))
         if getattr(self, "metric_reporters", None) is not None:
             steps.append(("close metrics reporters", self.metric_reporters.close))
+        if getattr(self, "channels", None) is not None:
+            steps.append(("stop controller channels", self.channels.shutdown))
         if getattr(self, "store", None) is not None:
             steps.append(("close metadata store", self.store.close))
         for name, step in steps:

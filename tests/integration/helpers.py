@@ -195,3 +195,30 @@ def kafka_python_round_trip(common: Mapping[str, Any], topic: str, count: int) -
     values = [m.value for m in consumer]
     consumer.close()
     return values
+
+
+def with_inter_broker_sasl(overrides: Mapping[str, str]) -> dict[str, str]:
+    """``overrides`` plus an INTERNAL SASL_PLAINTEXT listener for inter-broker traffic, on
+    which the controller authenticates as the super user ``User:broker`` — with an
+    authorizer on, controller requests need ClusterAction, as in Kafka."""
+    props = dict(overrides)
+    listeners = props.get("listeners", "PLAINTEXT://127.0.0.1:0")
+    names = [item.split("://", 1)[0] for item in listeners.split(",")]
+    protocol_map = props.get("listener.security.protocol.map", ",".join(f"{n}:{n}" for n in names))
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="broker" password="broker-secret" user_broker="broker-secret";'
+    )
+    super_users = [u for u in props.get("super.users", "").split(";") if u]
+    props.update(
+        {
+            "listeners": f"{listeners},INTERNAL://127.0.0.1:0",
+            "listener.security.protocol.map": f"{protocol_map},INTERNAL:SASL_PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.internal.plain.sasl.jaas.config": jaas,
+            "super.users": ";".join([*super_users, "User:broker"]),
+        }
+    )
+    return props

@@ -28,6 +28,7 @@ from broker.client.kafka_client import KafkaClient
 from broker.testing.plugin import RunningBroker
 from protocol.errors import ErrorCode
 from protocol.errors import KafkaError as PKafkaError
+from tests.integration.helpers import with_inter_broker_sasl
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
 JAAS = (
@@ -40,14 +41,16 @@ JAAS = (
 @pytest.fixture
 def secured(broker_factory) -> RunningBroker:
     return broker_factory(
-        {
-            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-            "sasl.enabled.mechanisms": "PLAIN",
-            "sasl.jaas.config": JAAS,
-            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-            "super.users": "User:admin",
-            "num.partitions": "1",
-        }
+        with_inter_broker_sasl(
+            {
+                "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                "sasl.enabled.mechanisms": "PLAIN",
+                "sasl.jaas.config": JAAS,
+                "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                "super.users": "User:admin",
+                "num.partitions": "1",
+            }
+        )
     )
 
 

@@ -243,14 +243,24 @@ def _tp(topic: str) -> Any:
 
 
 def test_controller_requests_need_cluster_action(broker_factory) -> None:
+    # The controller authenticates on the control plane as User:broker (a super user);
+    # an anonymous client sending controller requests on the data listener is refused.
     broker = broker_factory(
         {
             **CONTROLLER_OVERRIDES,
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                'username="broker" password="b" user_broker="b";'
+            ),
             "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
             "super.users": "User:broker",
         }
     )
-    with broker.wire("CONTROLLER") as control:
+    assert broker.server.cache.snapshot.brokers  # the controller's requests got through
+    with broker.wire("PLAINTEXT") as control:
         response = control.request(update_metadata(8, broker, "x", leader=0))
         assert response.error_code == ErrorCode.cluster_authorization_failed
         response = control.request(leader_and_isr(7, "x", leader=0, leader_epoch=1))

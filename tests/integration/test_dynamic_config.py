@@ -23,6 +23,7 @@ from broker.client import admin as kadmin
 from broker.client.config import ClientConfig
 from broker.client.kafka_client import KafkaClient
 from broker.testing.plugin import RunningBroker
+from tests.integration.helpers import with_inter_broker_sasl
 
 SECRET = {"password.encoder.secret": "encoder-secret"}
 
@@ -342,10 +343,12 @@ def test_alter_config_policy_and_documentation(broker_factory) -> None:
 
 def test_alter_configs_needs_cluster_alter_configs(broker_factory) -> None:
     broker = broker_factory(
-        {
-            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-            "allow.everyone.if.no.acl.found": "false",
-        }
+        with_inter_broker_sasl(
+            {
+                "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                "allow.everyone.if.no.acl.found": "false",
+            }
+        )
     )
     with pytest.raises(KafkaException) as info:
         _set(broker, "0", {"log.cleaner.threads": "2"})

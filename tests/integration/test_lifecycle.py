@@ -29,6 +29,7 @@ def test_topics_and_cluster_id_survive_a_restart(broker_factory, tmp_path) -> No
     first = broker_factory(overrides)
     admin = AdminClient({"bootstrap.servers": first.bootstrap()})
     admin.create_topics([NewTopic("kept", 3, 1, config={"retention.ms": "1000"})])["kept"].result()
+    first.wait_for_partitions("kept", 3)
     cluster_id = first.server.cluster_id
     topic_id = first.server.cache.topic("kept").topic_id
     first.stop()

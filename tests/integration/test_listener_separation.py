@@ -41,6 +41,7 @@ def test_metadata_answers_with_the_arrival_listener_only(broker_factory) -> None
     advertised = _endpoints(broker)
     assert advertised["INTERNAL"][0] == "localhost"
     assert advertised["EXTERNAL"][0] == "127.0.0.2"
+    broker.create_topic("orders")
     for name in ("INTERNAL", "EXTERNAL"):
         with WireClient(*broker.address(name)) as client:
             response = _metadata(client, "orders")

@@ -14,7 +14,11 @@ from confluent_kafka.admin import AdminClient
 from broker.security.certs import PkiFiles, create_test_pki
 from broker.testing.plugin import REPO_ROOT, RunningBroker
 from broker.testing.wire import WireClient
-from tests.integration.helpers import kafka_python_round_trip, numbered_round_trip
+from tests.integration.helpers import (
+    kafka_python_round_trip,
+    numbered_round_trip,
+    with_inter_broker_sasl,
+)
 
 
 @pytest.fixture
@@ -155,16 +159,15 @@ def test_bad_keystore_stops_start_up_with_one_line(tmp_path, pki) -> None:
 
 
 def test_principal_mapping_rules_name_the_authorized_principal(broker_factory, pki) -> None:
-    broker = _tls_broker(
-        broker_factory,
-        pki,
-        client_auth="required",
-        **{
+    extra = with_inter_broker_sasl(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
             "ssl.principal.mapping.rules": "RULE:^CN=([^,]+),OU=test,.*$/$1/U,DEFAULT",
             "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
             "super.users": "User:KPLANE-CLIENT",
-        },
+        }
     )
+    broker = _tls_broker(broker_factory, pki, client_auth="required", **extra)
     principals: list[str] = []
     original = broker.server.apis.handlers[3]
 

@@ -1,0 +1,230 @@
+"""The controller's requests to brokers — LeaderAndIsr, UpdateMetadata, StopReplica — built
+for any version from one description of the cluster (``api.make`` drops what a version lacks).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from broker.config.endpoint import SecurityProtocol
+from broker.metadata.kafka_store import BrokerRegistration
+from protocol import api
+
+LEADER_AND_ISR = 4
+STOP_REPLICA = 5
+UPDATE_METADATA = 6
+LEADER_DURING_DELETE = -2  # UpdateMetadata: the partition is being deleted
+EPOCH_DURING_DELETE = -2  # StopReplica: delete whatever the leader epoch
+PROTOCOL_CODES = {
+    SecurityProtocol.PLAINTEXT: 0,
+    SecurityProtocol.SSL: 1,
+    SecurityProtocol.SASL_PLAINTEXT: 2,
+    SecurityProtocol.SASL_SSL: 3,
+}
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """What the controller decided for one partition."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    topic_id: uuid.UUID | None = None
+
+    @property
+    def partition_epoch(self) -> int:
+        """Bumped with every state change the controller makes (kplane: the leader epoch)."""
+        return self.leader_epoch
+
+
+Build = Callable[[int], Any]
+
+
+def _by_topic(states: Iterable[PartitionState]) -> dict[str, list[PartitionState]]:
+    out: dict[str, list[PartitionState]] = {}
+    for s in states:
+        out.setdefault(s.topic, []).append(s)
+    return out
+
+
+def leader_and_isr(
+    controller_id: int,
+    controller_epoch: int,
+    states: Sequence[PartitionState],
+    leaders: Sequence[tuple[int, str, int]],
+    full: bool = False,
+) -> Build:
+    """LeaderAndIsr of ``states``; ``leaders`` are (id, host, port) of the leaders."""
+
+    def build(version: int) -> Any:
+        module = api.request_module(LEADER_AND_ISR, version)
+
+        def state(s: PartitionState) -> Any:
+            return api.make(
+                module.LeaderAndIsrPartitionState,
+                topic_name=s.topic,
+                partition_index=s.partition,
+                controller_epoch=controller_epoch,
+                leader=s.leader,
+                leader_epoch=s.leader_epoch,
+                isr=s.isr,
+                partition_epoch=s.partition_epoch,
+                replicas=s.replicas,
+                is_new=False,
+            )
+
+        grouped = hasattr(module, "LeaderAndIsrTopicState")
+        return api.make(
+            api.request_class(LEADER_AND_ISR, version),
+            controller_id=controller_id,
+            controller_epoch=controller_epoch,
+            broker_epoch=-1,
+            type_=1 if full else 0,
+            ungrouped_partition_states=() if grouped else tuple(state(s) for s in states),
+            topic_states=tuple(
+                api.make(
+                    module.LeaderAndIsrTopicState,
+                    topic_name=topic,
+                    topic_id=group[0].topic_id,
+                    partition_states=tuple(state(s) for s in group),
+                )
+                for topic, group in _by_topic(states).items()
+            )
+            if grouped
+            else (),
+            live_leaders=tuple(
+                api.make(module.LeaderAndIsrLiveLeader, broker_id=b, host_name=h, port=p)
+                for b, h, p in leaders
+            ),
+        )
+
+    return build
+
+
+def update_metadata(
+    controller_id: int,
+    controller_epoch: int,
+    states: Sequence[PartitionState],
+    brokers: Sequence[BrokerRegistration],
+) -> Build:
+    """UpdateMetadata: every live broker with all its endpoints, and ``states``."""
+
+    def build(version: int) -> Any:
+        module = api.request_module(UPDATE_METADATA, version)
+
+        def state(s: PartitionState) -> Any:
+            return api.make(
+                module.UpdateMetadataPartitionState,
+                topic_name=s.topic,
+                partition_index=s.partition,
+                controller_epoch=controller_epoch,
+                leader=s.leader,
+                leader_epoch=s.leader_epoch,
+                isr=s.isr,
+                zk_version=s.partition_epoch,
+                replicas=s.replicas,
+                offline_replicas=(),
+            )
+
+        def broker(b: BrokerRegistration) -> Any:
+            plaintext = b.endpoint("PLAINTEXT") or (b.endpoints[0] if b.endpoints else None)
+            return api.make(
+                module.UpdateMetadataBroker,
+                id=b.broker_id,
+                v0_host=plaintext.host if plaintext else "",
+                v0_port=plaintext.port if plaintext else -1,
+                endpoints=tuple(
+                    api.make(
+                        module.UpdateMetadataEndpoint,
+                        port=e.port,
+                        host=e.host,
+                        listener=e.listener_name,
+                        security_protocol=PROTOCOL_CODES[e.security_protocol],
+                    )
+                    for e in b.endpoints
+                )
+                if hasattr(module, "UpdateMetadataEndpoint")
+                else (),
+                rack=b.rack,
+            )
+
+        grouped = hasattr(module, "UpdateMetadataTopicState")
+        return api.make(
+            api.request_class(UPDATE_METADATA, version),
+            controller_id=controller_id,
+            controller_epoch=controller_epoch,
+            broker_epoch=-1,
+            ungrouped_partition_states=() if grouped else tuple(state(s) for s in states),
+            topic_states=tuple(
+                api.make(
+                    module.UpdateMetadataTopicState,
+                    topic_name=topic,
+                    topic_id=group[0].topic_id,
+                    partition_states=tuple(state(s) for s in group),
+                )
+                for topic, group in _by_topic(states).items()
+            )
+            if grouped
+            else (),
+            live_brokers=tuple(broker(b) for b in brokers),
+        )
+
+    return build
+
+
+def stop_replica(
+    controller_id: int, controller_epoch: int, partitions: Sequence[tuple[str, int]], delete: bool
+) -> Build:
+    """StopReplica of ``partitions`` (topic, index), deleting their logs with ``delete``."""
+
+    def build(version: int) -> Any:
+        module = api.request_module(STOP_REPLICA, version)
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in partitions:
+            by_topic.setdefault(topic, []).append(index)
+        return api.make(
+            api.request_class(STOP_REPLICA, version),
+            controller_id=controller_id,
+            controller_epoch=controller_epoch,
+            broker_epoch=-1,
+            delete_partitions=delete,
+            ungrouped_partitions=tuple(
+                api.make(module.StopReplicaPartitionV0, topic_name=t, partition_index=i)
+                for t, i in partitions
+            )
+            if hasattr(module, "StopReplicaPartitionV0")
+            else (),
+            topics=tuple(
+                api.make(module.StopReplicaTopicV1, name=t, partition_indexes=tuple(ix))
+                for t, ix in by_topic.items()
+            )
+            if hasattr(module, "StopReplicaTopicV1")
+            else (),
+            topic_states=tuple(
+                api.make(
+                    module.StopReplicaTopicState,
+                    topic_name=t,
+                    partition_states=tuple(
+                        api.make(
+                            module.StopReplicaPartitionState,
+                            partition_index=i,
+                            leader_epoch=EPOCH_DURING_DELETE,
+                            delete_partition=delete,
+                        )
+                        for i in ix
+                    ),
+                )
+                for t, ix in by_topic.items()
+            )
+            if hasattr(module, "StopReplicaTopicState")
+            else (),
+        )
+
+    return build
