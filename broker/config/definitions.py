@@ -222,7 +222,6 @@ NOT_YET_HONOURED = frozenset(
         "log.message.downconversion.enable",
         "compression.type",
         "replica.lag.time.max.ms",
-        "offsets.topic.num.partitions",
         "offsets.topic.replication.factor",
         "transactional.id.expiration.ms",
         "producer.id.expiration.ms",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -72,11 +72,17 @@ def _nested(ctx: RequestContext, *names: str) -> str:
     raise LookupError(f"none of {names} in {module.__name__}")
 
 
-def _needs_group_read(handler: Handler) -> Handler:
-    """Answer GROUP_AUTHORIZATION_FAILED unless the principal may read the request's group."""
+def _coordinated(
+    handler: Handler, owns: Callable[[str], bool], operation: AclOperation | None
+) -> Handler:
+    """Answer NOT_COORDINATOR for a group another broker coordinates, and
+    GROUP_AUTHORIZATION_FAILED without ``operation`` on the group; else run ``handler``."""
 
     def guarded(ctx: RequestContext) -> None:
-        if ctx.authorized(AclOperation.READ, AclResourceType.GROUP, ctx.body.group_id):
+        group_id = ctx.body.group_id
+        if not owns(group_id):
+            ctx.respond(ctx.make_response(error_code=ErrorCode.not_coordinator))
+        elif operation is None or ctx.authorized(operation, AclResourceType.GROUP, group_id):
             handler(ctx)
         else:
             ctx.respond(ctx.make_response(error_code=ErrorCode.group_authorization_failed))
@@ -97,23 +103,25 @@ class GroupApis:
         *,
         topic_name_of: Callable[[uuid.UUID], str | None] | None = None,
         topic_id_of: Callable[[str], uuid.UUID | None] | None = None,
+        owns: Callable[[str], bool] = lambda _group: True,
     ) -> None:
         self.coordinator = coordinator
+        self.owns = owns
         self._topic_name_of = topic_name_of or (lambda _id: None)
         self._topic_id_of = topic_id_of or (lambda _name: None)
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
-            JOIN_GROUP: _needs_group_read(self.join_group),
-            SYNC_GROUP: _needs_group_read(self.sync_group),
-            HEARTBEAT: _needs_group_read(self.heartbeat),
-            LEAVE_GROUP: _needs_group_read(self.leave_group),
-            OFFSET_COMMIT: self.offset_commit,
+            JOIN_GROUP: _coordinated(self.join_group, self.owns, AclOperation.READ),
+            SYNC_GROUP: _coordinated(self.sync_group, self.owns, AclOperation.READ),
+            HEARTBEAT: _coordinated(self.heartbeat, self.owns, AclOperation.READ),
+            LEAVE_GROUP: _coordinated(self.leave_group, self.owns, AclOperation.READ),
+            OFFSET_COMMIT: _coordinated(self.offset_commit, self.owns, None),
             OFFSET_FETCH: self.offset_fetch,
             LIST_GROUPS: self.list_groups,
             DESCRIBE_GROUPS: self.describe_groups,
             DELETE_GROUPS: self.delete_groups,
-            OFFSET_DELETE: self.offset_delete,
+            OFFSET_DELETE: _coordinated(self.offset_delete, self.owns, None),
         }
 
     # -- membership -----------------------------------------------------------------------
@@ -379,6 +387,9 @@ class GroupApis:
                 if last:
                     finish()
 
+            if not self.owns(group_id):
+                done(OffsetFetchResult(ErrorCode.not_coordinator, {}))
+                continue
             if not ctx.authorized(AclOperation.DESCRIBE, AclResourceType.GROUP, group_id):
                 done(OffsetFetchResult(ErrorCode.group_authorization_failed, {}))
                 continue
@@ -564,21 +575,32 @@ class GroupApis:
             )
             ctx.respond(ctx.make_response(groups=described))
 
-        allowed = [
-            g for g in req.groups if ctx.authorized(AclOperation.DESCRIBE, AclResourceType.GROUP, g)
-        ]
+        refused = self._refused(ctx, req.groups, AclOperation.DESCRIBE)
+        allowed = [g for g in req.groups if g not in refused]
 
         def with_denied(groups: list[GroupDescription]) -> None:
             by_id = {g.group_id: g for g in groups}
             done(
                 [
-                    by_id.get(g)
-                    or GroupDescription(g, "", "", "", error=ErrorCode.group_authorization_failed)
+                    by_id.get(g) or GroupDescription(g, "", "", "", error=refused[g])
                     for g in req.groups
                 ]
             )
 
         self.coordinator.describe_groups(allowed, with_denied)
+
+    def _refused(
+        self, ctx: RequestContext, groups: Iterable[str], operation: AclOperation
+    ) -> dict[str, ErrorCode]:
+        """Groups another broker coordinates (NOT_COORDINATOR) or the principal may not
+        ``operation`` (GROUP_AUTHORIZATION_FAILED)."""
+        out = {}
+        for group in groups:
+            if not self.owns(group):
+                out[group] = ErrorCode.not_coordinator
+            elif not ctx.authorized(operation, AclResourceType.GROUP, group):
+                out[group] = ErrorCode.group_authorization_failed
+        return out
 
     def delete_groups(self, ctx: RequestContext) -> None:
         req = ctx.body
@@ -593,13 +615,10 @@ class GroupApis:
                 )
             )
 
-        allowed = [
-            g
-            for g in req.groups_names
-            if ctx.authorized(AclOperation.DELETE, AclResourceType.GROUP, g)
-        ]
+        refused = self._refused(ctx, req.groups_names, AclOperation.DELETE)
+        allowed = [g for g in req.groups_names if g not in refused]
 
         def with_denied(errors: dict[str, ErrorCode]) -> None:
-            done({g: errors.get(g, ErrorCode.group_authorization_failed) for g in req.groups_names})
+            done({g: errors.get(g, refused.get(g, ErrorCode.none)) for g in req.groups_names})
 
         self.coordinator.delete_groups(allowed, with_denied)

@@ -18,6 +18,7 @@ from broker.config.kafka_config import KafkaConfig
 from broker.controller.channel_manager import ControllerChannelManager
 from broker.controller.controller import KafkaController
 from broker.group.coordinator import GroupConfig, GroupCoordinator
+from broker.group.placement import coordinator_for
 from broker.log.log_config import LogConfigs
 from broker.log.log_manager import LogManager
 from broker.metadata.cache import MetadataCache
@@ -247,6 +248,7 @@ class KafkaServer:
                 self.cache,
                 self.admin,
                 lambda: bool(self.config.get("auto.create.topics.enable")),
+                self._coordinator_of,
             ),
             ProduceApis(
                 self.replica_manager,
@@ -278,6 +280,7 @@ class KafkaServer:
                 self.group_coordinator,
                 topic_name_of=self.cache.topic_name,
                 topic_id_of=self._topic_id,
+                owns=lambda group: self._coordinator_of(group) in (None, self.broker_id),
             ),
         ]
 
@@ -330,6 +333,14 @@ class KafkaServer:
         with contextlib.suppress(NodeExistsError):
             self.client.register_broker(self._registration())
         self.controller.elect()
+
+    def _coordinator_of(self, group_id: str) -> int | None:
+        """The live broker coordinating ``group_id`` (None before any metadata)."""
+        return coordinator_for(
+            group_id,
+            list(self.cache.snapshot.brokers),
+            int(self.config.get("offsets.topic.num.partitions")),
+        )
 
     def _topic_id(self, topic: str) -> uuid.UUID | None:
         info = self.cache.topic(topic)

@@ -35,11 +35,13 @@ class MetadataApis:
         cache: MetadataCache,
         admin: AdminManager,
         auto_create_topics: Callable[[], bool],
+        coordinator_of: Callable[[str], int | None],
     ) -> None:
         self.broker_id = broker_id
         self.cache = cache
         self.admin = admin
         self._auto_create = auto_create_topics
+        self._coordinator_of = coordinator_of
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
@@ -234,17 +236,20 @@ class MetadataApis:
                 "error_message": "transactions are not supported by this broker yet",
                 **not_found,
             }
-        endpoint = self.cache.endpoint(self.broker_id, ctx.listener_name)
-        if endpoint is None:
+        coordinator = self._coordinator_of(key)
+        endpoint = (
+            self.cache.endpoint(coordinator, ctx.listener_name) if coordinator is not None else None
+        )
+        if coordinator is None or endpoint is None:
             return {
                 "error_code": ErrorCode.coordinator_not_available,
-                "error_message": f"no endpoint for listener {ctx.listener_name}",
+                "error_message": f"no coordinator endpoint for listener {ctx.listener_name}",
                 **not_found,
             }
         return {
             "error_code": ErrorCode.none,
             "error_message": None,
-            "node_id": self.broker_id,
+            "node_id": coordinator,
             "host": endpoint.host,
             "port": endpoint.port,
         }
