@@ -151,6 +151,7 @@ class KafkaController:
         for topic in sorted(self.client.get_topics()):
             self._watch_topic(topic)
             self._assign(topic)
+        self._elect_offline_partitions()  # leaders that died while nobody was controller
         full = list(self._states.values())
         self._send_leader_and_isr(full, full=True)
         self._send_update_metadata(full)
@@ -180,7 +181,7 @@ class KafkaController:
                 log.info("broker gone", broker_id=broker_id)
             for broker in joined:
                 self.channels.add_broker(broker)
-            changed = self._elect_offline_partitions(gone) if gone else []
+            changed = self._elect_offline_partitions() if gone or joined else []
             if changed:
                 self._send_leader_and_isr(changed)
             # Every live broker learns the new broker list; a joining (or changed) broker
@@ -228,8 +229,8 @@ class KafkaController:
             log.info("partitions assigned", topic=topic, partitions=len(changed))
 
     def _assign(self, topic: str) -> list[PartitionState]:
-        """Leaders for the partitions of ``topic`` the controller does not know yet: the
-        stored state when its leader lives, else the first live replica."""
+        """The partitions of ``topic`` the controller does not know yet: their stored state,
+        or for a new partition its first live replica as leader."""
         assignment = self.client.get_assignment(topic)
         if assignment is None:
             return []
@@ -239,11 +240,10 @@ class KafkaController:
             if (topic, index) in self._states:
                 continue
             record = self.client.get_partition_state(topic, index)
-            if record is None or (record.leader not in live and record.leader >= 0):
+            if record is None:  # a new partition: its first live replica leads
                 leader = next((r for r in replicas if r in live), -1)
-                epoch = record.leader_epoch + 1 if record else 0
                 record = PartitionStateRecord(
-                    leader, epoch, (leader,) if leader >= 0 else (), self.epoch
+                    leader, 0, (leader,) if leader >= 0 else (), self.epoch
                 )
                 self.client.set_partition_state(topic, index, record)
             state = PartitionState(
@@ -278,19 +278,24 @@ class KafkaController:
             )
         log.info("topic deleted", topic=topic, partitions=len(states))
 
-    def _elect_offline_partitions(self, gone: set[int]) -> list[PartitionState]:
-        """New leaders for partitions led by dead brokers: from the ISR, else (unclean
-        election) any live replica, else none (-1, offline)."""
+    def _elect_offline_partitions(self) -> list[PartitionState]:
+        """New leaders for partitions whose leader is not live: the first live ISR member,
+        else (``unclean.leader.election.enable``) any live replica, else none — the
+        partition goes offline (leader -1) keeping its last ISR, so it comes back when that
+        broker does (Kafka's rule)."""
         live = set(self._brokers)
         changed = []
         for key, s in list(self._states.items()):
-            if s.leader not in gone:
+            if s.leader in live:
                 continue
-            isr = tuple(r for r in s.isr if r in live)
-            leader = isr[0] if isr else -1
+            alive = tuple(r for r in s.isr if r in live)
+            leader = alive[0] if alive else -1
+            isr = alive or s.isr
             if leader < 0 and self._unclean():
                 leader = next((r for r in s.replicas if r in live), -1)
-                isr = (leader,) if leader >= 0 else ()
+                isr = (leader,) if leader >= 0 else s.isr
+            if leader < 0 and s.leader < 0:
+                continue  # still offline: nothing changes
             new = PartitionState(
                 s.topic, s.partition, leader, s.leader_epoch + 1, isr, s.replicas, s.topic_id
             )

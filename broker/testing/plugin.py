@@ -23,7 +23,7 @@ from broker.config.kafka_config import KafkaConfig
 from broker.logging_setup import configure_logging
 from broker.server.kafka_server import KafkaServer
 from broker.testing.wire import WireClient
-from broker.testing.zookeeper import ZooKeeperServer, unavailable_reason
+from broker.tools.zookeeper import ZooKeeperServer, unavailable_reason
 from protocol.errors import ErrorCode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

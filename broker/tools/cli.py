@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from broker.tools import certs, configs, loadtest_cli, report, scram, serve
+from broker.tools import certs, cluster, configs, loadtest_cli, report, scram, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     configs.add_parser(sub)
     loadtest_cli.add_parser(sub)
     report.add_parser(sub)
+    cluster.add_parser(sub)
     return parser
 
 
