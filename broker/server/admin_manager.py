@@ -101,7 +101,7 @@ class AdminManager:
                     ErrorCode.invalid_replication_factor,
                     f"Replication factor: {factor} larger than available brokers: {len(live)}.",
                 )
-            partitions = assign_replicas(live, count, factor)
+            partitions = assign_replicas(live, count, factor, self._racks())
         if self.cache.topic(name) is not None or name in self.client.get_topics():
             raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         assignment = TopicAssignment(uuid.uuid4(), partitions)
@@ -120,6 +120,9 @@ class AdminManager:
             replication_factor=len(next(iter(partitions.values()))),
         )
         return assignment
+
+    def _racks(self) -> dict[int, str | None]:
+        return {b.broker_id: b.rack for b in self.cache.snapshot.brokers.values()}
 
     def _checked_assignment(
         self, assignments: Mapping[int, Sequence[int]], live: list[int]
@@ -204,7 +207,7 @@ class AdminManager:
                     ErrorCode.invalid_replication_factor,
                     f"Replication factor: {factor} larger than available brokers: {len(live)}.",
                 )
-            fresh = assign_replicas(live, count, factor)
+            fresh = assign_replicas(live, count, factor, self._racks())
             added = dict(current.partitions) | {p: fresh[p] for p in range(existing, count)}
         if validate_only:
             return
@@ -212,12 +215,46 @@ class AdminManager:
         log.info("partitions added", topic=name, partitions=count)
 
 
-def assign_replicas(brokers: list[int], partitions: int, factor: int) -> dict[int, tuple[int, ...]]:
-    """Round-robin replicas over ``brokers`` starting at a per-topic offset."""
+def assign_replicas(
+    brokers: list[int], partitions: int, factor: int, racks: Mapping[int, str | None] | None = None
+) -> dict[int, tuple[int, ...]]:
+    """Replicas round-robin over ``brokers`` from a per-topic offset. When every broker has
+    a rack, the brokers are interleaved by rack and each partition's replicas take a broker
+    from every rack before any rack repeats (Kafka's rack-aware assignment)."""
     if not brokers:
         raise KafkaError(ErrorCode.broker_not_available, "No live brokers")
-    start = uuid.uuid4().int % len(brokers)
-    n = len(brokers)
-    return {
-        p: tuple(brokers[(start + p + i) % n] for i in range(factor)) for p in range(partitions)
-    }
+    racks = racks or {}
+    rack_aware = bool(racks) and all(racks.get(b) for b in brokers)
+    ordered = _rack_alternated(brokers, racks) if rack_aware else list(brokers)
+    n = len(ordered)
+    start = uuid.uuid4().int % n
+    out = {}
+    for p in range(partitions):
+        first = (start + p) % n
+        replicas = [ordered[first]]
+        used = {racks.get(ordered[first])}
+        for step in range(1, n):
+            if len(replicas) == factor:
+                break
+            candidate = ordered[(first + step) % n]
+            all_racks_used = len(used) == len({racks.get(b) for b in ordered})
+            if rack_aware and racks.get(candidate) in used and not all_racks_used:
+                continue
+            replicas.append(candidate)
+            used.add(racks.get(candidate))
+        for candidate in ordered:  # racks exhausted: fill with the brokers skipped above
+            if len(replicas) == factor:
+                break
+            if candidate not in replicas:
+                replicas.append(candidate)
+        out[p] = tuple(replicas)
+    return out
+
+
+def _rack_alternated(brokers: list[int], racks: Mapping[int, str | None]) -> list[int]:
+    """``a1, b1, c1, a2, b2, ...``: brokers interleaved by rack, racks in name order."""
+    by_rack: dict[str, list[int]] = {}
+    for broker in sorted(brokers):
+        by_rack.setdefault(str(racks[broker]), []).append(broker)
+    columns = [by_rack[r] for r in sorted(by_rack)]
+    return [col[i] for i in range(max(map(len, columns))) for col in columns if i < len(col)]

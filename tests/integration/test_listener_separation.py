@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
@@ -123,6 +125,15 @@ def test_leader_without_the_listener(broker_factory) -> None:
     )
     import datetime
 
+    # The controller publishes the new broker, then (below) the topic, asynchronously.
+    def wait_until(predicate) -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + 20
+        while not predicate():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+
+    wait_until(lambda: 1 in broker.server.cache.snapshot.brokers)
+
     with WireClient(*broker.address("EXTERNAL")) as client:
         created = client.request(
             CreateTopicsRequest(
@@ -142,6 +153,7 @@ def test_leader_without_the_listener(broker_factory) -> None:
             )
         )
         assert created.topics[0].error_code == ErrorCode.none
+        wait_until(lambda: broker.server.cache.topic("internal-only") is not None)
         v12 = _metadata(client, "internal-only")
         v5 = client.request(
             MetadataRequestV5(
