@@ -91,13 +91,10 @@ class DynamicBrokerConfig:
             self.current = self._build(self.dynamic_default, self.dynamic_broker)
             return self.current
 
-    def watch(self) -> None:
-        """Follow ``/config/changes`` for this broker's entity and the cluster default."""
-        store = self.client.store
-        if store.exists("/config/changes") is None:
-            store.create("/config/changes", makepath=True)
-        self._seen = set(store.get_children("/config/changes"))
-        store.watch_children("/config/changes", lambda _path: self._on_changes())
+    def on_config_change(self, entity_path: str) -> None:
+        """A change notification: reload when it names a broker entity."""
+        if entity_path.startswith(f"{BROKERS}/"):
+            self.reload()
 
     def add_reconfigurable(self, component: BrokerReconfigurable) -> None:
         self._reconfigurables.append(component)
@@ -176,19 +173,6 @@ class DynamicBrokerConfig:
             )
 
     # internals -----------------------------------------------------------------------
-    def _on_changes(self) -> None:
-        store = self.client.store
-        children = set(store.get_children("/config/changes"))
-        fresh, self._seen = children - self._seen, children
-        for child in fresh:
-            try:
-                data = store.get(f"/config/changes/{child}")[0]
-            except Exception:  # purged meanwhile
-                continue
-            if b'"brokers/' in data:
-                self.reload()
-                return
-
     def _affected(self, old: KafkaConfig, new: KafkaConfig) -> list[BrokerReconfigurable]:
         changed = {base_name(k) for k in changed_keys(old, new)}
         return [c for c in self._reconfigurables if c.reconfigurable_configs & changed]

@@ -25,30 +25,12 @@ class LogConfigs:
         self._broker_config = broker_config
         self._overrides: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
-        self._seen: set[str] = set()
 
-    def watch(self) -> None:
-        """Re-read a topic's overrides when ``/config/changes`` names it."""
-        store = self.client.store
-        if store.exists("/config/changes") is None:
-            store.create("/config/changes", makepath=True)
-        self._seen = set(store.get_children("/config/changes"))
-        store.watch_children("/config/changes", lambda _path: self._on_changes())
-
-    def _on_changes(self) -> None:
-        store = self.client.store
-        children = set(store.get_children("/config/changes"))
-        fresh, self._seen = children - self._seen, children
-        for child in fresh:
-            try:
-                data = store.get(f"/config/changes/{child}")[0].decode()
-            except Exception:  # purged meanwhile
-                continue
-            marker = f'"{TOPICS}/'
-            if marker in data:
-                topic = data.split(marker, 1)[1].split('"', 1)[0]
-                with self._lock:
-                    self._overrides.pop(topic, None)
+    def on_config_change(self, entity_path: str) -> None:
+        """A change notification naming a topic: re-read its overrides when next needed."""
+        kind, _, name = entity_path.partition("/")
+        if kind == TOPICS:
+            self.forget(name)
 
     def _topic(self, topic: str) -> dict[str, str]:
         overrides = self._overrides.get(topic)

@@ -22,6 +22,7 @@ from broker.group.placement import coordinator_for
 from broker.log.log_config import LogConfigs
 from broker.log.log_manager import LogManager
 from broker.metadata.cache import MetadataCache
+from broker.metadata.config_changes import ConfigChangeListener
 from broker.metadata.kafka_store import BrokerRegistration, KafkaMetadataClient
 from broker.metadata.meta_properties import check_meta_properties
 from broker.metadata.store import MetadataStore, NodeExistsError
@@ -220,8 +221,10 @@ class KafkaServer:
             if isinstance(self.store, ZooKeeperMetadataStore):
                 self.store.add_session_listener(self._on_new_session)
             self._await_own_metadata()
-            self.dynamic.watch()
-            self.log_configs.watch()
+            self.config_changes = ConfigChangeListener(self.store)
+            self.config_changes.subscribe(self.dynamic.on_config_change)
+            self.config_changes.subscribe(self.log_configs.on_config_change)
+            self.config_changes.start()
             self._start_metrics_http()
         except BaseException:
             self.shutdown()

@@ -19,13 +19,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.client.connection import BrokerConnection, BrokerConnectionError
-from protocol import api
+from broker.config.endpoint import EndPoint, SecurityProtocol
+from broker.controller.requests import (
+    LEADER_AND_ISR,
+    UPDATE_METADATA,
+    PartitionState,
+    leader_and_isr,
+    update_metadata,
+)
+from broker.metadata.kafka_store import BrokerRegistration
 from protocol.errors import ErrorCode
 
-LEADER_AND_ISR = 4
-UPDATE_METADATA = 6
 API_TITLES = {UPDATE_METADATA: "UpdateMetadata", LEADER_AND_ISR: "LeaderAndIsr"}
-SECURITY_PROTOCOL_CODES = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 """Far above any epoch the broker's own controller reaches, so never stale."""
 TIMEOUT_ERROR = "REQUEST_TIMED_OUT"
 DISCONNECTED_ERROR = "NETWORK_EXCEPTION"
@@ -65,105 +70,39 @@ class ControlResult:
     error: str | None
 
 
-def update_metadata_request(version: int, plan: ControlPlan, leader_epoch: int) -> Any:
-    """UpdateMetadata ``version``: the broker with all its endpoints, the topic's partitions
-    led by it at ``leader_epoch``."""
-    module = api.request_module(UPDATE_METADATA, version)
+def _states(plan: ControlPlan, leader_epoch: int) -> list[PartitionState]:
+    """The topic's partitions, all led by the broker at ``leader_epoch``."""
     me = (plan.broker_id,)
-    states = tuple(
-        api.make(
-            module.UpdateMetadataPartitionState,
-            topic_name=plan.topic,
-            partition_index=p,
-            controller_epoch=plan.controller_epoch,
-            leader=plan.broker_id,
-            leader_epoch=leader_epoch,
-            isr=me,
-            zk_version=leader_epoch,
-            replicas=me,
-            offline_replicas=(),
-        )
+    return [
+        PartitionState(plan.topic, p, plan.broker_id, leader_epoch, me, me, plan.topic_id)
         for p in plan.partitions
-    )
-    endpoint_class = getattr(module, "UpdateMetadataEndpoint", None)  # v1 and later
-    endpoints = (
+    ]
+
+
+def update_metadata_request(version: int, plan: ControlPlan, leader_epoch: int) -> Any:
+    """UpdateMetadata ``version`` (kplane's controller's builder): the broker with all its
+    endpoints, the topic's partitions led by it at ``leader_epoch``."""
+    registration = BrokerRegistration(
+        plan.broker_id,
         tuple(
-            api.make(
-                endpoint_class,
-                port=e.port,
-                host=e.host,
-                listener=e.listener,
-                security_protocol=SECURITY_PROTOCOL_CODES[e.security_protocol],
-            )
+            EndPoint(e.listener, e.host, e.port, SecurityProtocol(e.security_protocol))
             for e in plan.endpoints
-        )
-        if endpoint_class is not None
-        else ()
+        ),
     )
-    first = plan.endpoints[0]
-    broker = api.make(
-        module.UpdateMetadataBroker,
-        id=plan.broker_id,
-        v0_host=first.host,
-        v0_port=first.port,
-        endpoints=endpoints,
-        rack=None,
+    build = update_metadata(
+        plan.broker_id, plan.controller_epoch, _states(plan, leader_epoch), [registration]
     )
-    return api.make(
-        api.request_class(UPDATE_METADATA, version),
-        controller_id=plan.broker_id,
-        controller_epoch=plan.controller_epoch,
-        broker_epoch=-1,
-        ungrouped_partition_states=states,
-        topic_states=_topic_states(module, "UpdateMetadataTopicState", plan, states),
-        live_brokers=(broker,),
-    )
+    return build(version)
 
 
 def leader_and_isr_request(version: int, plan: ControlPlan, leader_epoch: int) -> Any:
-    """LeaderAndIsr ``version``: the broker leads every partition of the topic at
-    ``leader_epoch``."""
-    module = api.request_module(LEADER_AND_ISR, version)
-    me = (plan.broker_id,)
-    states = tuple(
-        api.make(
-            module.LeaderAndIsrPartitionState,
-            topic_name=plan.topic,
-            partition_index=p,
-            controller_epoch=plan.controller_epoch,
-            leader=plan.broker_id,
-            leader_epoch=leader_epoch,
-            isr=me,
-            partition_epoch=leader_epoch,
-            replicas=me,
-            is_new=False,
-        )
-        for p in plan.partitions
+    """LeaderAndIsr ``version`` (kplane's controller's builder): the broker leads every
+    partition of the topic at ``leader_epoch``."""
+    leader = (plan.broker_id, plan.leader_endpoint.host, plan.leader_endpoint.port)
+    build = leader_and_isr(
+        plan.broker_id, plan.controller_epoch, _states(plan, leader_epoch), [leader]
     )
-    leader = api.make(
-        module.LeaderAndIsrLiveLeader,
-        broker_id=plan.broker_id,
-        host_name=plan.leader_endpoint.host,
-        port=plan.leader_endpoint.port,
-    )
-    return api.make(
-        api.request_class(LEADER_AND_ISR, version),
-        controller_id=plan.broker_id,
-        controller_epoch=plan.controller_epoch,
-        broker_epoch=-1,
-        type_=0,
-        ungrouped_partition_states=states,
-        topic_states=_topic_states(module, "LeaderAndIsrTopicState", plan, states),
-        live_leaders=(leader,),
-    )
-
-
-def _topic_states(module: Any, name: str, plan: ControlPlan, states: tuple[Any, ...]) -> Any:
-    """The one topic state of versions that group partitions by topic; () before them."""
-    cls = getattr(module, name, None)
-    if cls is None:
-        return ()
-    return (api.make(cls, topic_name=plan.topic, topic_id=plan.topic_id, partition_states=states),)
+    return build(version)
 
 
 def response_errors(response: Any) -> str | None:

@@ -90,12 +90,11 @@ def sample_rows(runs: Iterable[ScenarioRun]) -> dict[str, list[Any]]:
     return cols
 
 
-def write_parquet(out: Path, runs: Sequence[ScenarioRun]) -> list[Path]:
-    """Write requests.parquet and samples.parquet into ``out``."""
+def request_schema() -> Any:
+    """The Arrow schema of requests.parquet (the contract ``kplane report`` reads)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    request_schema = pa.schema(
+    return pa.schema(
         [
             ("scenario", pa.string()),
             ("plane", pa.string()),
@@ -105,7 +104,13 @@ def write_parquet(out: Path, runs: Sequence[ScenarioRun]) -> list[Path]:
             ("error", pa.string()),
         ]
     )
-    sample_schema = pa.schema(
+
+
+def sample_schema() -> Any:
+    """The Arrow schema of samples.parquet."""
+    import pyarrow as pa
+
+    return pa.schema(
         [
             ("scenario", pa.string()),
             ("time", pa.float64()),
@@ -113,9 +118,16 @@ def write_parquet(out: Path, runs: Sequence[ScenarioRun]) -> list[Path]:
             ("value", pa.float64()),
         ]
     )
+
+
+def write_parquet(out: Path, runs: Sequence[ScenarioRun]) -> list[Path]:
+    """Write requests.parquet and samples.parquet into ``out``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     paths = [out / "requests.parquet", out / "samples.parquet"]
-    pq.write_table(pa.table(request_rows(runs), schema=request_schema), paths[0])
-    pq.write_table(pa.table(sample_rows(runs), schema=sample_schema), paths[1])
+    pq.write_table(pa.table(request_rows(runs), schema=request_schema()), paths[0])
+    pq.write_table(pa.table(sample_rows(runs), schema=sample_schema()), paths[1])
     return paths
 
 

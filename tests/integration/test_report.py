@@ -18,6 +18,7 @@ import pytest
 
 from broker.testing.plugin import REPO_ROOT
 from broker.tools import report
+from broker.tools.loadtest_results import request_schema
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 START = {"idle": 1_700_000_000.0, "shared": 1_700_000_100.0, "separated": 1_700_000_200.0}
@@ -33,16 +34,7 @@ TRAFFIC = [
     ("separated", "control", "LeaderAndIsr", 200, 3.5),
     ("separated", "data", "Produce", 1500, 25.0),
 ]
-REQUEST_SCHEMA = pa.schema(
-    [
-        ("scenario", pa.string()),
-        ("plane", pa.string()),
-        ("api", pa.string()),
-        ("send_time", pa.float64()),
-        ("latency_ms", pa.float64()),
-        ("error", pa.string()),
-    ]
-)
+REQUEST_SCHEMA = request_schema()
 QUEUE_LEVELS = {  # scenario → (RequestQueueSize, ControlPlaneRequestQueueSize)
     "idle": (0.0, 0.0),
     "shared": (480.0, 0.0),

@@ -9,12 +9,12 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from broker.testing.plugin import BrokerProcess, free_port, wait_for_port
 from broker.tools import loadtest
+from broker.tools.loadtest_results import request_schema, sample_schema
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("loadtest")]
 
@@ -26,24 +26,8 @@ SHORT = [
     "--control-rate", "20",
     "--sample-every", "10",
 ]  # fmt: skip
-REQUEST_SCHEMA = pa.schema(
-    [
-        ("scenario", pa.string()),
-        ("plane", pa.string()),
-        ("api", pa.string()),
-        ("send_time", pa.float64()),
-        ("latency_ms", pa.float64()),
-        ("error", pa.string()),
-    ]
-)
-SAMPLE_SCHEMA = pa.schema(
-    [
-        ("scenario", pa.string()),
-        ("time", pa.float64()),
-        ("metric", pa.string()),
-        ("value", pa.float64()),
-    ]
-)
+REQUEST_SCHEMA = request_schema()
+SAMPLE_SCHEMA = sample_schema()
 CONTROL_APIS = {"UpdateMetadata", "LeaderAndIsr"}
 
 
