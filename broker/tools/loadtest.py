@@ -225,7 +225,7 @@ async def _measure(
         )
         versions = await controller.connect()
     except (TopicError, KafkaException, UnsupportedApi, OSError) as exc:
-        raise ScenarioError(str(exc)) from None
+        raise ScenarioError(str(exc) or repr(exc)) from None
     run = ScenarioRun(
         name, target, {API_TITLES[k]: v for k, v in versions.items()}, float(args.duration)
     )

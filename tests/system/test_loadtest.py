@@ -6,13 +6,14 @@ Short runs: the assertions are on the files' shape and on counts, never on laten
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from broker.testing.plugin import BrokerProcess, free_port, wait_for_port
+from broker.testing.plugin import BrokerProcess, free_port
 from broker.tools import loadtest
 from broker.tools.loadtest_results import request_schema, sample_schema
 
@@ -100,7 +101,7 @@ def test_a_running_broker(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     client, controller = free_port(), free_port()
-    broker_process(
+    handle = broker_process(
         "configs/server.properties",
         f"listeners=CLIENT://127.0.0.1:{client},CONTROLLER://127.0.0.1:{controller}",
         "listener.security.protocol.map=CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -108,8 +109,11 @@ def test_a_running_broker(
         "control.plane.listener.name=CONTROLLER",
         plaintext_port=False,
     )
-    wait_for_port("127.0.0.1", client)
-    wait_for_port("127.0.0.1", controller)
+    # Serving once it logged "started" (its controller has published the metadata).
+    deadline = time.monotonic() + 60
+    while '"started"' not in handle.log_text():
+        assert time.monotonic() < deadline and handle.process.poll() is None, handle.log_text()
+        time.sleep(0.1)
     out = tmp_path / "results"
     argv = [
         *SHORT,
