@@ -158,3 +158,22 @@ def test_start_up_guards(pair, broker_factory, zookeeper, tmp_path: Path) -> Non
     with pytest.raises(ConfigException, match="doesn't match stored clusterId"):
         broker_factory({"zookeeper.connect": zookeeper, "broker.id": "5", "log.dirs": str(log_dir)})
     assert first.server.cache.snapshot.brokers.keys() == {0, 1}
+
+
+def test_topic_deletion_stops_the_replicas_on_every_broker(pair) -> None:
+    from broker.log.partition import TopicPartition
+
+    first, second = pair
+    partitions = _create(first, "doomed", 4)
+    hosts = {0: first, 1: second}
+    for index, p in partitions.items():
+        assert hosts[p.leader].server.log_manager.get(TopicPartition("doomed", index))
+    admin = AdminClient({"bootstrap.servers": second.bootstrap()})
+    admin.delete_topics(["doomed"])["doomed"].result(timeout=15)
+    for broker in (first, second):
+        _wait(lambda b=broker: b.server.cache.topic("doomed") is None)
+        _wait(
+            lambda b=broker: all(
+                b.server.log_manager.get(TopicPartition("doomed", i)) is None for i in range(4)
+            )
+        )
