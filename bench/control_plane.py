@@ -58,6 +58,12 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--producers", type=int, default=64)
     parser.add_argument("--out", type=Path, default=None, help="keep the loadtest results here")
+    parser.add_argument(
+        "--switch-interval-us",
+        type=int,
+        default=5000,
+        help="the brokers' kplane.gil.switch.interval.us (default 5000, CPython's own)",
+    )
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="kplane-bench-cp-"))
     with contextlib.redirect_stdout(sys.stderr):  # the loadtest's own summary
@@ -73,6 +79,8 @@ def main() -> int:
                 # so "shared" shows KIP-291's queueing, not only CPU contention.
                 "--broker-override",
                 "num.io.threads=1",
+                "--broker-override",
+                f"kplane.gil.switch.interval.us={args.switch_interval_us}",
             ]
         )
     if code != 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import sys
 import threading
 import time
 import uuid
@@ -122,6 +123,7 @@ class KafkaServer:
         # Static config with the dynamic values stored for this broker on top (KIP-226).
         self.dynamic = self.dynamic_config = DynamicBrokerConfig(self.static_config, self.client)
         config = self.dynamic.initialize()
+        sys.setswitchinterval(int(config.get("kplane.gil.switch.interval.us")) / 1_000_000)
         # Before anything starts: a bad keystore or JAAS config stops start-up here.
         tls = server_tls(config)
         self.scram_credentials = ScramCredentialStore(self.client)
