@@ -47,6 +47,50 @@ class PartitionState:
 Build = Callable[[int], Any]
 
 
+def _partition_state(cls: type[Any], s: PartitionState, controller_epoch: int) -> Any:
+    """One partition's state entity of LeaderAndIsr or UpdateMetadata (any version: the
+    fields a version lacks are dropped)."""
+    return api.make(
+        cls,
+        topic_name=s.topic,
+        partition_index=s.partition,
+        controller_epoch=controller_epoch,
+        leader=s.leader,
+        leader_epoch=s.leader_epoch,
+        isr=s.isr,
+        partition_epoch=s.partition_epoch,
+        zk_version=s.partition_epoch,
+        replicas=s.replicas,
+        offline_replicas=(),
+        is_new=False,
+    )
+
+
+def _state_fields(
+    module: Any, prefix: str, states: Sequence[PartitionState], controller_epoch: int
+) -> dict[str, Any]:
+    """``ungrouped_partition_states`` (old versions) or ``topic_states`` (grouped by topic)."""
+    cls = getattr(module, f"{prefix}PartitionState")
+    topic_cls = getattr(module, f"{prefix}TopicState", None)
+    if topic_cls is None:
+        return {
+            "ungrouped_partition_states": tuple(
+                _partition_state(cls, s, controller_epoch) for s in states
+            )
+        }
+    return {
+        "topic_states": tuple(
+            api.make(
+                topic_cls,
+                topic_name=topic,
+                topic_id=group[0].topic_id,
+                partition_states=tuple(_partition_state(cls, s, controller_epoch) for s in group),
+            )
+            for topic, group in _by_topic(states).items()
+        )
+    }
+
+
 def _by_topic(states: Iterable[PartitionState]) -> dict[str, list[PartitionState]]:
     out: dict[str, list[PartitionState]] = {}
     for s in states:
@@ -65,40 +109,13 @@ def leader_and_isr(
 
     def build(version: int) -> Any:
         module = api.request_module(LEADER_AND_ISR, version)
-
-        def state(s: PartitionState) -> Any:
-            return api.make(
-                module.LeaderAndIsrPartitionState,
-                topic_name=s.topic,
-                partition_index=s.partition,
-                controller_epoch=controller_epoch,
-                leader=s.leader,
-                leader_epoch=s.leader_epoch,
-                isr=s.isr,
-                partition_epoch=s.partition_epoch,
-                replicas=s.replicas,
-                is_new=False,
-            )
-
-        grouped = hasattr(module, "LeaderAndIsrTopicState")
         return api.make(
             api.request_class(LEADER_AND_ISR, version),
             controller_id=controller_id,
             controller_epoch=controller_epoch,
             broker_epoch=-1,
             type_=1 if full else 0,
-            ungrouped_partition_states=() if grouped else tuple(state(s) for s in states),
-            topic_states=tuple(
-                api.make(
-                    module.LeaderAndIsrTopicState,
-                    topic_name=topic,
-                    topic_id=group[0].topic_id,
-                    partition_states=tuple(state(s) for s in group),
-                )
-                for topic, group in _by_topic(states).items()
-            )
-            if grouped
-            else (),
+            **_state_fields(module, "LeaderAndIsr", states, controller_epoch),
             live_leaders=tuple(
                 api.make(module.LeaderAndIsrLiveLeader, broker_id=b, host_name=h, port=p)
                 for b, h, p in leaders
@@ -118,20 +135,6 @@ def update_metadata(
 
     def build(version: int) -> Any:
         module = api.request_module(UPDATE_METADATA, version)
-
-        def state(s: PartitionState) -> Any:
-            return api.make(
-                module.UpdateMetadataPartitionState,
-                topic_name=s.topic,
-                partition_index=s.partition,
-                controller_epoch=controller_epoch,
-                leader=s.leader,
-                leader_epoch=s.leader_epoch,
-                isr=s.isr,
-                zk_version=s.partition_epoch,
-                replicas=s.replicas,
-                offline_replicas=(),
-            )
 
         def broker(b: BrokerRegistration) -> Any:
             plaintext = b.endpoint("PLAINTEXT") or (b.endpoints[0] if b.endpoints else None)
@@ -155,24 +158,12 @@ def update_metadata(
                 rack=b.rack,
             )
 
-        grouped = hasattr(module, "UpdateMetadataTopicState")
         return api.make(
             api.request_class(UPDATE_METADATA, version),
             controller_id=controller_id,
             controller_epoch=controller_epoch,
             broker_epoch=-1,
-            ungrouped_partition_states=() if grouped else tuple(state(s) for s in states),
-            topic_states=tuple(
-                api.make(
-                    module.UpdateMetadataTopicState,
-                    topic_name=topic,
-                    topic_id=group[0].topic_id,
-                    partition_states=tuple(state(s) for s in group),
-                )
-                for topic, group in _by_topic(states).items()
-            )
-            if grouped
-            else (),
+            **_state_fields(module, "UpdateMetadata", states, controller_epoch),
             live_brokers=tuple(broker(b) for b in brokers),
         )
 
