@@ -13,6 +13,7 @@ import structlog
 from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
 from broker.logging_setup import configure_logging
+from broker.metadata.store import StoreError
 from broker.server.kafka_server import KafkaServer
 from protocol import api
 
@@ -73,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     except RuntimeError as exc:
         log.error("cannot start", error=str(exc))
+        return 1
+    except StoreError as exc:
+        log.error("metadata store unavailable", error=str(exc))
         return 1
     settle_heap(server)
     while not stop.wait(0.5):

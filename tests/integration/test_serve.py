@@ -291,6 +291,18 @@ def test_port_in_use_exits_with_one_error_line(tmp_path: Path) -> None:
     assert_one_error_line(done, "PLAINTEXT", f"127.0.0.1:{port}")
 
 
+def test_unreachable_zookeeper_exits_with_one_error_line(tmp_path: Path) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # nothing listens there
+    done = run_cli(
+        tmp_path,
+        f"zookeeper.connect=127.0.0.1:{port}/kplane",
+        "zookeeper.connection.timeout.ms=1000",
+    )
+    assert_one_error_line(done, f"127.0.0.1:{port}")
+
+
 def test_missing_config_file_exits_with_one_error_line(tmp_path: Path) -> None:
     done = run_cli(tmp_path, config="configs/no-such-file.properties")
     assert_one_error_line(done, "no-such-file.properties")
