@@ -5,7 +5,10 @@ Short runs: the assertions are on the files' shape and on counts, never on laten
 
 from __future__ import annotations
 
+import csv
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -93,6 +96,39 @@ def test_three_scenarios_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixt
     assert summary["options"]["producers"] == 2
     for scenario in ("idle", "shared", "separated"):
         assert (out / f"{scenario}-broker.log").is_file()
+
+    # The Spark report of the same results, through the CLI (real Spark, local mode).
+    report_dir = tmp_path / "report"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "broker.tools.cli", "report", str(out),
+            "--out", str(report_dir), "--master", "local[2]",
+        ],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    written = {Path(line).name for line in done.stdout.split()}
+    assert {
+        "report.md", "report.html", "latency.csv",
+        "latency_cdf.png", "latency_over_time.png", "queue_size.png", "throughput.png",
+    } <= written  # fmt: skip
+    for png in report_dir.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = list(csv.DictReader((report_dir / "latency.csv").open()))
+    got = {(r["scenario"], r["plane"], r["api"]) for r in table}
+    expected = {(s, "control", a) for s in ("idle", "shared", "separated") for a in CONTROL_APIS}
+    assert expected | {("shared", "data", "Produce"), ("separated", "data", "Produce")} == got
+    for r in table:
+        if r["plane"] == "control":
+            mine = [
+                c["latency_ms"]
+                for c in control
+                if (c["scenario"], c["api"]) == (r["scenario"], r["api"])
+            ]
+            assert int(r["count"]) == len(mine)
+            assert float(r["max_ms"]) == pytest.approx(max(mine))
+    markdown = (report_dir / "report.md").read_text()
+    assert "shared" in markdown and "separated" in markdown and "p99" in markdown
 
 
 def test_a_running_broker(
