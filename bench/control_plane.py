@@ -64,6 +64,12 @@ def main() -> int:
         default=5000,
         help="the brokers' kplane.gil.switch.interval.us (default 5000, CPython's own)",
     )
+    parser.add_argument(
+        "--data-thread-nice",
+        type=int,
+        default=0,
+        help="the brokers' kplane.data.plane.thread.nice (default 0)",
+    )
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="kplane-bench-cp-"))
     with contextlib.redirect_stdout(sys.stderr):  # the loadtest's own summary
@@ -81,6 +87,8 @@ def main() -> int:
                 "num.io.threads=1",
                 "--broker-override",
                 f"kplane.gil.switch.interval.us={args.switch_interval_us}",
+                "--broker-override",
+                f"kplane.data.plane.thread.nice={args.data_thread_nice}",
             ]
         )
     if code != 0:

@@ -11,14 +11,26 @@ to itself. A pause is bounded (``max_pause_s``), so a lost request cannot stall 
 
 from __future__ import annotations
 
+import os
 import threading
+
+import structlog
+
+log = structlog.get_logger(__name__)
 
 
 class ControlPlanePriority:
-    """Counts control-plane requests in flight; data-plane threads yield while any is."""
+    """Counts control-plane requests in flight; data-plane threads yield while any is.
 
-    def __init__(self, max_pause_s: float = 0.05) -> None:
+    ``data_thread_nice`` (``kplane.data.plane.thread.nice``) also lowers the OS scheduling
+    priority of every data-plane thread, so that on a busy machine the control plane's
+    threads run first when they and data-plane threads are all waiting for a CPU (and for
+    the interpreter a releasing thread hands over).
+    """
+
+    def __init__(self, max_pause_s: float = 0.05, data_thread_nice: int = 0) -> None:
         self.max_pause_s = max_pause_s
+        self.data_thread_nice = data_thread_nice
         self._in_flight = 0
         self._lock = threading.Lock()
         self._clear = threading.Event()
@@ -41,3 +53,12 @@ class ControlPlanePriority:
         """Called by data-plane threads at safe points: wait while control work runs."""
         if not self._clear.is_set():
             self._clear.wait(self.max_pause_s)
+
+    def enter_data_thread(self) -> None:
+        """Called first by each data-plane thread: lower its scheduling priority."""
+        if self.data_thread_nice <= 0:
+            return
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.data_thread_nice)
+        except (OSError, AttributeError) as exc:  # a platform without per-thread nice
+            log.warning("data-plane thread priority not lowered", error=str(exc))

@@ -219,6 +219,8 @@ class Processor:
         self._thread.start()
 
     def _run(self) -> None:
+        if self.data_priority is not None:
+            self.data_priority.enter_data_thread()
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(self._tick, time.monotonic_ns())
         try:

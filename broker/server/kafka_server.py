@@ -169,7 +169,13 @@ class KafkaServer:
             else None
         )
         # KIP-291 in one process: data-plane threads yield the GIL to control requests.
-        self.priority = ControlPlanePriority() if self.control_channel else None
+        self.priority = (
+            ControlPlanePriority(
+                data_thread_nice=int(config.get("kplane.data.plane.thread.nice"))
+            )
+            if self.control_channel
+            else None
+        )
         observer = RequestMetricsObserver(self.metrics)
         self.socket_server = SocketServer(
             config.listeners,
@@ -369,7 +375,7 @@ class KafkaServer:
             lambda request: self.apis.handle(request, channel),
             threads,
             on_idle,
-            self.priority.yield_to_control if data and self.priority else None,
+            self.priority if data else None,
         )
 
     def _register_plane_gauges(self) -> None:

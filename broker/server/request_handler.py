@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import structlog
 
+from broker.network.plane_priority import ControlPlanePriority
 from broker.network.request_channel import SHUTDOWN, Request, RequestChannel
 
 log = structlog.get_logger(__name__)
@@ -25,10 +26,10 @@ class RequestHandlerPool:
         handle: Callable[[Request], None],
         num_threads: int,
         on_idle: IdleRecorder | None = None,
-        yield_to_control: Callable[[], None] | None = None,
+        priority: ControlPlanePriority | None = None,
     ) -> None:
         self.channel = channel
-        self._yield_to_control = yield_to_control
+        self._priority = priority  # the data plane's pool yields to control requests
         self._handle = handle
         self._on_idle = on_idle
         self._threads: list[threading.Thread] = []
@@ -79,6 +80,9 @@ class RequestHandlerPool:
 
     def _run(self) -> None:
         name = threading.current_thread().name
+        priority = self._priority
+        if priority is not None:
+            priority.enter_data_thread()
         while name not in self._retiring:
             wait_start = time.monotonic_ns()
             item = self.channel.receive_request(timeout=0.3)
@@ -87,8 +91,8 @@ class RequestHandlerPool:
                 return
             busy_start = time.monotonic_ns()
             if isinstance(item, Request):
-                if self._yield_to_control is not None:
-                    self._yield_to_control()  # data plane: a control request goes first
+                if priority is not None:
+                    priority.yield_to_control()  # data plane: a control request goes first
                 try:
                     self._handle(item)
                 except Exception:

@@ -341,3 +341,20 @@ def test_plane_metrics_have_kip_291_names(cp_broker) -> None:
     for family in text_string_to_metric_families(text):
         if family.name == "kafka_network_socketserver_networkprocessoravgidlepercent":
             assert all(s.labels["listener"] != "CONTROLLER" for s in family.samples)
+
+
+def test_data_plane_threads_can_give_way_to_the_control_plane(broker_factory) -> None:
+    import os
+
+    broker = broker_factory({**CONTROLLER_OVERRIDES, "kplane.data.plane.thread.nice": "7"})
+    server = broker.server
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def nice(thread) -> int:  # type: ignore[no-untyped-def]
+        return os.getpriority(os.PRIO_PROCESS, thread.native_id)
+
+    data_handlers = [t for t in server.handler_pool._threads if t.native_id]
+    assert data_handlers and all(nice(t) == mine + 7 for t in data_handlers)
+    control = [t for t in server.control_handler_pool._threads if t.native_id]
+    assert control and all(nice(t) == mine for t in control)
+    assert server.priority is not None and server.priority.data_thread_nice == 7
