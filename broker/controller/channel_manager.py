@@ -74,6 +74,9 @@ class _BrokerChannel:
         self.registration = registration
         self.endpoint = endpoint
         self.config = config
+        # Loaded once per channel, not on every reconnect.
+        self.ssl_context = client_ssl_context(config) if config.uses_ssl else None
+        self.sasl = config.sasl_credentials() if config.uses_sasl else None
         self.queue: asyncio.Queue[tuple[int, Build, Callback | None]] = asyncio.Queue()
         self.connection: BrokerConnection | None = None
         self.task: asyncio.Task[None] | None = None
@@ -112,8 +115,8 @@ class _BrokerChannel:
             self.endpoint.port,
             config.client_id,
             REQUEST_TIMEOUT_MS,
-            ssl_context=client_ssl_context(config) if config.uses_ssl else None,
-            sasl=config.sasl_credentials() if config.uses_sasl else None,
+            ssl_context=self.ssl_context,
+            sasl=self.sasl,
         )
         await connection.connect(config.request_timeout_ms / 1000.0)
         self.connection = connection

@@ -35,12 +35,6 @@ class LogManager:
         with self._lock:
             return self._partitions.pop(tp, None) is not None
 
-    def delete_topic(self, topic: str) -> None:
-        """Drop every partition of ``topic``."""
-        with self._lock:
-            for tp in [tp for tp in self._partitions if tp.topic == topic]:
-                del self._partitions[tp]
-
     def partitions(self) -> list[Partition]:
         """Every hosted partition."""
         return list(self._partitions.values())

@@ -97,7 +97,6 @@ class KafkaServer:
 
     def __init__(self, config: KafkaConfig, store: MetadataStore | None = None) -> None:
         self.static_config = config
-        self.dynamic_config: DynamicBrokerConfig | None = None
         self.broker_id = config.broker_id
         self._store = store
         self._started = False
@@ -110,7 +109,7 @@ class KafkaServer:
     @property
     def config(self) -> KafkaConfig:
         """The current config: static, with the dynamic values on top once started."""
-        dynamic = self.dynamic_config
+        dynamic: DynamicBrokerConfig | None = getattr(self, "dynamic", None)
         return dynamic.current if dynamic is not None else self.static_config
 
     # start-up --------------------------------------------------------------------------
@@ -121,7 +120,7 @@ class KafkaServer:
         self.store = self._store or open_store(self.static_config)
         self.client = KafkaMetadataClient(self.store)
         # Static config with the dynamic values stored for this broker on top (KIP-226).
-        self.dynamic = self.dynamic_config = DynamicBrokerConfig(self.static_config, self.client)
+        self.dynamic = DynamicBrokerConfig(self.static_config, self.client)
         config = self.dynamic.initialize()
         sys.setswitchinterval(int(config.get("kplane.gil.switch.interval.us")) / 1_000_000)
         # Before anything starts: a bad keystore or JAAS config stops start-up here.
@@ -369,13 +368,12 @@ class KafkaServer:
         def on_idle(idle_ns: int, _total_ns: int) -> None:
             meter.record_idle(idle_ns)
 
-        data = channel.plane == DATA_PLANE and self.priority is not None
         return RequestHandlerPool(
             channel,
             lambda request: self.apis.handle(request, channel),
             threads,
             on_idle,
-            self.priority if data else None,
+            self.priority if channel.plane == DATA_PLANE else None,
         )
 
     def _register_plane_gauges(self) -> None:

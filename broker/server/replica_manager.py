@@ -133,6 +133,7 @@ class ReplicaManager:
                     continue
                 if stop.delete:
                     self.log_manager.delete(stop.tp)
+                    self.log_configs.forget(stop.tp.topic)
                 elif partition is not None:
                     partition.leader_id = -1
                 errors[stop.tp] = ErrorCode.none
@@ -151,11 +152,6 @@ class ReplicaManager:
                 f"controller epoch {controller_epoch} is older than {self.controller_epoch}",
             )
         self.controller_epoch = controller_epoch
-
-    def stop_topic(self, topic: str) -> None:
-        """Drop every partition of a deleted topic."""
-        self.log_manager.delete_topic(topic)
-        self.log_configs.forget(topic)
 
     def leader_partition(self, tp: TopicPartition) -> Partition:
         """The partition if this broker leads it; KafkaError with Kafka's code otherwise."""
