@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from broker.tools.loadtest import main as loadtest
+from broker.tools.loadtest_placement import available_cpus, split_options
 
 
 def figures(summary: dict) -> dict:
@@ -70,8 +71,14 @@ def main() -> int:
         default=0,
         help="the brokers' kplane.data.plane.thread.nice (default 0)",
     )
+    parser.add_argument(
+        "--no-placement",
+        action="store_true",
+        help="let the OS place broker, producers and fake controller on any CPU",
+    )
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="kplane-bench-cp-"))
+    placement = [] if args.no_placement else split_options(sorted(available_cpus()))
     with contextlib.redirect_stdout(sys.stderr):  # the loadtest's own summary
         code = loadtest(
             [
@@ -89,6 +96,7 @@ def main() -> int:
                 f"kplane.gil.switch.interval.us={args.switch_interval_us}",
                 "--broker-override",
                 f"kplane.data.plane.thread.nice={args.data_thread_nice}",
+                *placement,
             ]
         )
     if code != 0:

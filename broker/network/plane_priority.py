@@ -2,30 +2,45 @@
 
 KIP-291 gives controller requests their own listener, Processor, queue and handler so they
 never wait behind client traffic. In one CPython process there is one more shared queue:
-the GIL, which a control-plane thread otherwise waits for behind a dozen busy data-plane
-threads (measured: tens of milliseconds at p99 under load). So while a control-plane request
-is in flight, data-plane threads pause at their next safe point — a handler before its next
-request, a Processor before reading or writing — and the control plane has the interpreter
-to itself. A pause is bounded (``max_pause_s``), so a lost request cannot stall clients.
+the GIL. A thread that wants it asks the holder to drop it only after a whole switch
+interval in which no other thread took it, so while busy data-plane threads hand the GIL
+among themselves the control plane's threads can wait for milliseconds (measured: the
+control Processor waited up to 7 ms to read a request that had arrived).
+
+So data-plane threads pause at their next safe point — a handler before its next request, a
+Processor before reading or writing — whenever the control plane needs the interpreter:
+
+* a control-plane connection has unread bytes (its Processor is waiting for the GIL to read
+  them); the control connections' sockets are watched by an epoll set that any thread can
+  poll without the GIL's help;
+* a control-plane request is in flight, from the Processor reading it to its response
+  written.
+
+A pause is bounded (``max_pause_s``), so a stuck control plane cannot stall clients.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import threading
+import time
 
 import structlog
 
 log = structlog.get_logger(__name__)
 
+READABLE_PAUSE_S = 0.0001
+"""How long a data-plane thread sleeps before looking again at a readable control socket."""
+
 
 class ControlPlanePriority:
-    """Counts control-plane requests in flight; data-plane threads yield while any is.
+    """What data-plane threads yield to: control requests in flight or waiting to be read.
 
     ``data_thread_nice`` (``kplane.data.plane.thread.nice``) also lowers the OS scheduling
     priority of every data-plane thread, so that on a busy machine the control plane's
-    threads run first when they and data-plane threads are all waiting for a CPU (and for
-    the interpreter a releasing thread hands over).
+    threads run first when they and data-plane threads are all waiting for a CPU.
     """
 
     def __init__(self, max_pause_s: float = 0.05, data_thread_nice: int = 0) -> None:
@@ -35,6 +50,32 @@ class ControlPlanePriority:
         self._lock = threading.Lock()
         self._clear = threading.Event()
         self._clear.set()
+        self._unread = select.epoll()
+        self._watched: dict[int, int] = {}
+
+    def watch(self, fd: int) -> None:
+        """Watch a control-plane connection's socket for unread bytes (Processor thread).
+
+        The epoll set holds a duplicate of ``fd``: a registration lives as long as the open
+        file does, so the duplicate (closed only by ``unwatch``) keeps a closed connection's
+        number from ever standing for another socket in the set."""
+        dup = os.dup(fd)
+        self._watched[fd] = dup
+        self._unread.register(dup, select.EPOLLIN)
+
+    def unwatch(self, fd: int) -> None:
+        """Stop watching a control-plane connection (Processor thread)."""
+        dup = self._watched.pop(fd, None)
+        if dup is not None:
+            self._unread.unregister(dup)
+            os.close(dup)
+
+    def close(self) -> None:
+        """Release the epoll set and the duplicates of connections still watched."""
+        for fd in list(self._watched):
+            with contextlib.suppress(OSError):
+                self.unwatch(fd)
+        self._unread.close()
 
     def begin(self) -> None:
         """A control-plane request entered the control plane."""
@@ -49,10 +90,23 @@ class ControlPlanePriority:
             if self._in_flight == 0:
                 self._clear.set()
 
+    def control_waiting(self) -> bool:
+        """Whether the control plane needs the interpreter now."""
+        return not self._clear.is_set() or bool(self._unread.poll(0, 1))
+
     def yield_to_control(self) -> None:
-        """Called by data-plane threads at safe points: wait while control work runs."""
-        if not self._clear.is_set():
-            self._clear.wait(self.max_pause_s)
+        """Called by data-plane threads at safe points: wait while the control plane needs
+        the interpreter, at most ``max_pause_s``."""
+        if not self.control_waiting():
+            return
+        deadline = time.monotonic() + self.max_pause_s
+        while (left := deadline - time.monotonic()) > 0:
+            if not self._clear.is_set():
+                self._clear.wait(left)
+            elif self._unread.poll(0, 1):
+                time.sleep(READABLE_PAUSE_S)
+            else:
+                return
 
     def enter_data_thread(self) -> None:
         """Called first by each data-plane thread: lower its scheduling priority."""

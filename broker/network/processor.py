@@ -54,9 +54,14 @@ class KafkaConnection(asyncio.Protocol):
             SaslSession() if processor.endpoint.security_protocol in SASL_PROTOCOLS else None
         )
         self._reading_paused = False
+        self.watched_fd: int | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        priority = self.processor.control_priority
+        if priority is not None:  # data-plane threads yield while this socket has bytes
+            self.watched_fd = transport.get_extra_info("socket").fileno()
+            priority.watch(self.watched_fd)
         tls = self.processor.tls
         if tls is not None:
             try:
@@ -155,6 +160,10 @@ class KafkaConnection(asyncio.Protocol):
             self.processor.forget(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        priority = self.processor.control_priority
+        if priority is not None and self.watched_fd is not None:
+            priority.unwatch(self.watched_fd)
+            self.watched_fd = None
         self.transport = None
         self.peer_closed = True
         if self.closing or (self.in_flight is None and not self.pending):
@@ -307,8 +316,10 @@ class Processor:
             )
             return None
         session = conn.session
-        if session is not None and not session.authenticated and (
-            header.api_key not in PRE_AUTH_APIS
+        if (
+            session is not None
+            and not session.authenticated
+            and (header.api_key not in PRE_AUTH_APIS)
         ):
             log.warning(
                 "closing connection: request before SASL authentication",

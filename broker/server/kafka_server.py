@@ -169,9 +169,7 @@ class KafkaServer:
         )
         # KIP-291 in one process: data-plane threads yield the GIL to control requests.
         self.priority = (
-            ControlPlanePriority(
-                data_thread_nice=int(config.get("kplane.data.plane.thread.nice"))
-            )
+            ControlPlanePriority(data_thread_nice=int(config.get("kplane.data.plane.thread.nice")))
             if self.control_channel
             else None
         )
@@ -490,6 +488,9 @@ class KafkaServer:
                 steps.append(("stop handlers", pool.shutdown))
         if server is not None:
             steps.append(("stop processors", server.shutdown_processors))
+        priority = getattr(self, "priority", None)
+        if priority is not None:
+            steps.append(("release control-plane priority", priority.close))
         if getattr(self, "group_coordinator", None) is not None:
             steps.append(("stop group coordinator", self.group_coordinator.shutdown))
         if getattr(self, "timer", None) is not None:

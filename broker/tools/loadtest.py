@@ -40,6 +40,7 @@ from broker.client.connection import UnsupportedApi
 from broker.tools.loadtest_cli import add_arguments
 from broker.tools.loadtest_controller import API_TITLES, ControlPlan, FakeController
 from broker.tools.loadtest_metrics import Scraper
+from broker.tools.loadtest_placement import Placement, parse_cpus
 from broker.tools.loadtest_producers import (
     FLUSH_TIMEOUT_S,
     READY_TIMEOUT_S,
@@ -84,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     run) or 2 (bad options)."""
     try:
         scenarios, external = _check(args)
+        placement = _placement(args)
     except ValueError as exc:
         print(f"kplane loadtest: {exc}", file=sys.stderr)
         return 2
@@ -96,11 +98,17 @@ def run(args: argparse.Namespace) -> int:
     runs: list[ScenarioRun] = []
     failures: list[str] = []
     try:
-        with _sigterm_interrupts(), tempfile.TemporaryDirectory(prefix="kplane-lt-") as workdir:
+        with (
+            _sigterm_interrupts(),
+            placement.client_pinned(),
+            tempfile.TemporaryDirectory(prefix="kplane-lt-") as workdir,
+        ):
             for name in scenarios:
                 progress.message(f"kplane loadtest: scenario {name}")
                 try:
-                    runs.append(_scenario(name, args, external, out, Path(workdir), progress))
+                    runs.append(
+                        _scenario(name, args, external, placement, out, Path(workdir), progress)
+                    )
                 except ScenarioError as exc:
                     failures.append(f"scenario {name} could not run: {exc}")
                 finally:
@@ -170,10 +178,24 @@ def _check(args: argparse.Namespace) -> tuple[list[str], Target | None]:
     return names, None
 
 
+def _placement(args: argparse.Namespace) -> Placement:
+    """The processes' CPU sets and the load's nice value; ValueError on bad options."""
+    if not 0 <= args.load_nice <= 19:
+        raise ValueError("--load-nice must be between 0 and 19")
+    if args.broker_cpus and args.bootstrap_server:
+        raise ValueError("--broker-cpus applies to started brokers, not --bootstrap-server")
+    return Placement(
+        parse_cpus(args.broker_cpus) if args.broker_cpus else None,
+        parse_cpus(args.client_cpus) if args.client_cpus else None,
+        args.load_nice,
+    )
+
+
 def _scenario(
     name: str,
     args: argparse.Namespace,
     external: Target | None,
+    placement: Placement,
     out: Path,
     workdir: Path,
     progress: Progress,
@@ -184,7 +206,12 @@ def _scenario(
         return uvloop.run(_measure(name, external, True, args, partitions, progress))
     spec = SCENARIOS[name]
     with started_broker(
-        spec, workdir, out / f"{name}-broker.log", partitions, args.broker_override
+        spec,
+        workdir,
+        out / f"{name}-broker.log",
+        partitions,
+        args.broker_override,
+        placement.broker_preexec(),
     ) as target:
         return uvloop.run(_measure(name, target, spec.data_load, args, partitions, progress))
 
@@ -325,6 +352,7 @@ def _load_config(args: argparse.Namespace, bootstrap: str) -> LoadConfig:
         record_size=args.record_size,
         linger_ms=args.linger_ms,
         sample_every=args.sample_every,
+        nice=args.load_nice,
     )
 
 

@@ -102,6 +102,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="broker property for every scenario's broker (repeatable)",
     )
+    placement = parser.add_argument_group(
+        "placement", "keep the load generator off the broker's CPUs (see loadtest_placement)"
+    )
+    placement.add_argument(
+        "--broker-cpus",
+        metavar="CPUS",
+        help="CPU list for the started brokers, as taskset -c takes it (default: any)",
+    )
+    placement.add_argument(
+        "--client-cpus",
+        metavar="CPUS",
+        help="CPU list for the fake controller, the scraper and the producers (default: any)",
+    )
+    placement.add_argument(
+        "--load-nice",
+        type=int,
+        default=0,
+        help="nice value of the producers' process, 0-19 (default 0)",
+    )
     parser.add_argument(
         "--out",
         type=Path,
@@ -134,5 +153,3 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     external.add_argument(
         "--scenario-name", default="external", help="name of the one scenario (default external)"
     )
-
-

@@ -47,6 +47,8 @@ class LoadConfig:
     record_size: int
     linger_ms: float
     sample_every: int
+    nice: int = 0
+    """The load process's nice value: at 19 it takes only the CPU others leave idle."""
 
 
 @dataclass
@@ -107,6 +109,7 @@ def run_load(
 ) -> None:
     """Child-process entry point; ``progress`` is a shared array [produced, delivered]."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops this process
+    os.nice(config.nice)  # before librdkafka's threads start: they inherit it
     result = LoadResult()
     deliveries = _Deliveries(result)
     producers = [Producer(producer_config(config, i)) for i in range(config.producers)]

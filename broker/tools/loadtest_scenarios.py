@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,9 +136,15 @@ def target_from_events(
 
 @contextmanager
 def started_broker(
-    spec: ScenarioSpec, workdir: Path, log_path: Path, partitions: int, overrides: Sequence[str]
+    spec: ScenarioSpec,
+    workdir: Path,
+    log_path: Path,
+    partitions: int,
+    overrides: Sequence[str],
+    preexec: Callable[[], None] | None = None,
 ) -> Iterator[Target]:
-    """Run ``kplane serve`` for ``spec`` (its log in ``log_path``) until the block ends."""
+    """Run ``kplane serve`` for ``spec`` (its log in ``log_path``) until the block ends;
+    ``preexec`` runs in the child before it starts (CPU pinning)."""
     workdir.mkdir(parents=True, exist_ok=True)
     props_path = workdir / f"{spec.name}.properties"
     props = broker_properties(spec, workdir / f"{spec.name}-data", partitions)
@@ -149,7 +155,12 @@ def started_broker(
     env = dict(os.environ, KPLANE_LOG_FORMAT="json")
     with log_path.open("wb") as out:
         process = subprocess.Popen(
-            args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            preexec_fn=preexec,
         )
     try:
         events = _wait_started(process, log_path)

@@ -18,6 +18,7 @@ import pytest
 
 from broker.testing.plugin import BrokerProcess, free_port
 from broker.tools import loadtest
+from broker.tools.loadtest_placement import available_cpus, split_options
 from broker.tools.loadtest_results import request_schema, sample_schema
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("loadtest")]
@@ -43,7 +44,8 @@ def requests_of(out: Path) -> list[dict]:
 
 def test_three_scenarios_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results"
-    code = loadtest.main([*SHORT, "--out", str(out)])
+    placement = split_options(sorted(available_cpus()))  # as bench/control_plane.py runs it
+    code = loadtest.main([*SHORT, *placement, "--out", str(out)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     summary = json.loads(captured.out)  # stdout holds the summary and nothing else
@@ -94,6 +96,9 @@ def test_three_scenarios_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixt
         "CONTROLLER://"
     )
     assert summary["options"]["producers"] == 2
+    if placement:
+        assert summary["options"]["broker_cpus"] == placement[1]
+        assert summary["options"]["load_nice"] == 19
     for scenario in ("idle", "shared", "separated"):
         assert (out / f"{scenario}-broker.log").is_file()
 

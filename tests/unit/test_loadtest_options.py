@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from broker.tools import loadtest
 from broker.tools.loadtest_controller import Endpoint
+from broker.tools.loadtest_placement import (
+    Placement,
+    available_cpus,
+    parse_cpus,
+    split_options,
+)
 from broker.tools.loadtest_progress import Progress
 from broker.tools.loadtest_scenarios import (
     SCENARIOS,
@@ -179,3 +188,76 @@ def test_progress_elsewhere_prints_plain_lines_now_and_then() -> None:
         "idle: 1/10 s, 0 messages, 50 control requests, control p99 1.0 ms",
         "scenario shared",
     ]
+
+
+def test_cpu_lists() -> None:
+    cpus = sorted(available_cpus())
+    first, last = cpus[0], cpus[-1]
+    assert parse_cpus(str(first)) == {first}
+    if cpus == list(range(first, last + 1)):
+        assert parse_cpus(f"{first}-{last}") == set(cpus)
+    assert parse_cpus(",".join(map(str, cpus))) == set(cpus)
+    for bad in ("", "a", "1-", "-1", "3-1", "0,,1"):
+        with pytest.raises(ValueError, match="CPU list"):
+            parse_cpus(bad)
+    with pytest.raises(ValueError, match="not available"):
+        parse_cpus(str(max(cpus) + 1000))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--load-nice", "20"], "--load-nice"),
+        (["--load-nice", "-1"], "--load-nice"),
+        (["--broker-cpus", "x"], "CPU list"),
+        (["--client-cpus", "100000"], "not available"),
+        (
+            [
+                "--broker-cpus",
+                "0",
+                "--bootstrap-server",
+                "127.0.0.1:9",
+                "--listener",
+                "A=127.0.0.1:9",
+            ],
+            "started brokers",
+        ),
+    ],
+)
+def test_bad_placement_exits_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert loadtest.main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_a_started_broker_runs_on_its_cpus() -> None:
+    cpu = min(available_cpus())
+    placement = Placement(broker_cpus=frozenset({cpu}))
+    out = subprocess.run(
+        [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+        preexec_fn=placement.broker_preexec(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == f"[{cpu}]"
+    assert Placement().broker_preexec() is None
+
+
+def test_the_client_is_pinned_meanwhile_then_restored() -> None:
+    before = os.sched_getaffinity(0)
+    cpu = max(available_cpus())
+    with Placement(client_cpus=frozenset({cpu})).client_pinned():
+        assert os.sched_getaffinity(0) == {cpu}
+    assert os.sched_getaffinity(0) == before
+    with Placement().client_pinned():
+        assert os.sched_getaffinity(0) == before
+
+
+def test_split_options() -> None:
+    assert split_options([0]) == []
+    assert split_options([3, 1, 2]) == [
+        "--broker-cpus", "1", "--client-cpus", "2,3", "--load-nice", "19",
+    ]  # fmt: skip

@@ -1,0 +1,82 @@
+"""Where ``kplane loadtest``'s processes run: CPU sets and the load generator's priority.
+
+On a small machine the load generator, the measuring client and the broker compete for the
+same CPUs, and a latency measured there is the scheduler's as much as the broker's. Pinning
+the broker to its own CPUs (as a broker would have its own machine) and running the
+producers at a low priority (``nice``) beside the fake controller keeps the measurement about
+the broker: the producers still take every cycle the fake controller leaves idle.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+
+def parse_cpus(text: str) -> frozenset[int]:
+    """A CPU list as ``taskset -c`` takes it ("0", "1-3", "0,2-3"); ValueError when it is
+    malformed or names a CPU this process may not use."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, sep, last = part.strip().partition("-")
+        if not first.isdigit() or (sep and not last.isdigit()):
+            raise ValueError(f"{text!r} is not a CPU list such as 0 or 1-3 or 0,2")
+        low, high = int(first), int(last) if sep else int(first)
+        if high < low:
+            raise ValueError(f"{text!r} is not a CPU list such as 0 or 1-3 or 0,2")
+        cpus.update(range(low, high + 1))
+    unavailable = cpus - available_cpus()
+    if unavailable:
+        raise ValueError(
+            f"CPU(s) {','.join(map(str, sorted(unavailable)))} are not available here "
+            f"(available: {','.join(map(str, sorted(available_cpus())))})"
+        )
+    return frozenset(cpus)
+
+
+def available_cpus() -> frozenset[int]:
+    """The CPUs this process may run on."""
+    return frozenset(os.sched_getaffinity(0))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """CPU sets (None: wherever the OS puts them) and the load generator's nice value."""
+
+    broker_cpus: frozenset[int] | None = None
+    client_cpus: frozenset[int] | None = None
+    """The loadtest process (fake controller, metrics scraper) and the load it spawns."""
+    load_nice: int = 0
+
+    def broker_preexec(self) -> Callable[[], None] | None:
+        """For ``subprocess.Popen(preexec_fn=...)``: pin a started broker before it runs."""
+        cpus = self.broker_cpus
+        if cpus is None:
+            return None
+        return lambda: os.sched_setaffinity(0, cpus)
+
+    @contextmanager
+    def client_pinned(self) -> Iterator[None]:
+        """Pin the calling thread meanwhile; the threads and processes it starts inherit
+        the set."""
+        if self.client_cpus is None:
+            yield
+            return
+        previous = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, self.client_cpus)
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, previous)
+
+
+def split_options(cpus: Sequence[int]) -> list[str]:
+    """``kplane loadtest`` options giving started brokers the first of ``cpus`` and the
+    clients the others, the producers at nice 19; none when there is a single CPU."""
+    ordered = sorted(cpus)
+    if len(ordered) < 2:
+        return []
+    rest = ",".join(map(str, ordered[1:]))
+    return ["--broker-cpus", str(ordered[0]), "--client-cpus", rest, "--load-nice", "19"]
