@@ -47,6 +47,7 @@ from broker.tools.loadtest_producers import (
     LoadConfig,
     LoadProcess,
     LoadResult,
+    run_load,
     start_load,
 )
 from broker.tools.loadtest_progress import Progress
@@ -67,6 +68,7 @@ from broker.tools.loadtest_topics import (
     create_topics,
     describe_topic,
 )
+from broker.tools.loadtest_wire_load import run_wire_load
 
 PROGRESS_INTERVAL_S = 0.5
 RESULT_MARGIN_S = 10.0
@@ -145,7 +147,14 @@ def _sigterm_interrupts() -> Iterator[None]:
 
 def _check(args: argparse.Namespace) -> tuple[list[str], Target | None]:
     """The scenarios to run and the external target, if any; ValueError on bad options."""
-    for name in ("duration", "producers", "record_size", "sample_every", "control_rate"):
+    for name in (
+        "duration",
+        "producers",
+        "record_size",
+        "sample_every",
+        "control_rate",
+        "batch_records",
+    ):
         if getattr(args, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive")
     if args.max_messages <= 0 or (args.partitions or 1) <= 0:
@@ -179,15 +188,12 @@ def _check(args: argparse.Namespace) -> tuple[list[str], Target | None]:
 
 
 def _placement(args: argparse.Namespace) -> Placement:
-    """The processes' CPU sets and the load's nice value; ValueError on bad options."""
-    if not 0 <= args.load_nice <= 19:
-        raise ValueError("--load-nice must be between 0 and 19")
+    """The processes' CPU sets; ValueError on bad options."""
     if args.broker_cpus and args.bootstrap_server:
         raise ValueError("--broker-cpus applies to started brokers, not --bootstrap-server")
     return Placement(
         parse_cpus(args.broker_cpus) if args.broker_cpus else None,
         parse_cpus(args.client_cpus) if args.client_cpus else None,
-        args.load_nice,
     )
 
 
@@ -256,7 +262,8 @@ async def _measure(
     run = ScenarioRun(
         name, target, {API_TITLES[k]: v for k, v in versions.items()}, float(args.duration)
     )
-    load = start_load(_load_config(args, bootstrap)) if data_load else None
+    entry = run_wire_load if args.load_client == "wire" else run_load
+    load = start_load(_load_config(args, bootstrap, partitions), entry) if data_load else None
     try:
         if load is not None:
             ready = await _receive(load, READY_TIMEOUT_S)
@@ -340,7 +347,7 @@ def _stop(process: multiprocessing.process.BaseProcess, finished: bool) -> None:
         process.join()
 
 
-def _load_config(args: argparse.Namespace, bootstrap: str) -> LoadConfig:
+def _load_config(args: argparse.Namespace, bootstrap: str, partitions: int) -> LoadConfig:
     return LoadConfig(
         bootstrap=bootstrap,
         topic=DATA_TOPIC,
@@ -352,7 +359,9 @@ def _load_config(args: argparse.Namespace, bootstrap: str) -> LoadConfig:
         record_size=args.record_size,
         linger_ms=args.linger_ms,
         sample_every=args.sample_every,
-        nice=args.load_nice,
+        idle_priority=args.load_idle,
+        partitions=partitions,
+        batch_records=args.batch_records,
     )
 
 

@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--producers",
         type=int,
         default=64,
-        help="producer connections (default 64: kplane answers one request per connection "
+        help="producer connections (default 64: a broker works on one request per connection "
         "at a time, so the data queue fills only with many connections)",
     )
     parser.add_argument(
@@ -75,7 +75,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=20_000_000,
         help="at most this many messages per scenario (default 20000000)",
     )
+    parser.add_argument(
+        "--load-client",
+        choices=("confluent", "wire"),
+        default="confluent",
+        help="confluent: librdkafka Producers (default); wire: light connections sending one "
+        "Produce each at a time, for hundreds of connections (a data queue hundreds deep)",
+    )
     parser.add_argument("--record-size", type=int, default=512, help="value bytes (default 512)")
+    parser.add_argument(
+        "--batch-records",
+        type=int,
+        default=10,
+        help="records per Produce request of the wire client (default 10)",
+    )
     parser.add_argument("--linger-ms", type=float, default=2.0, help="producer linger.ms (2)")
     parser.add_argument(
         "--sample-every",
@@ -116,10 +129,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CPU list for the fake controller, the scraper and the producers (default: any)",
     )
     placement.add_argument(
-        "--load-nice",
-        type=int,
-        default=0,
-        help="nice value of the producers' process, 0-19 (default 0)",
+        "--load-idle",
+        action="store_true",
+        help="run the producers under SCHED_IDLE: they take only CPU time nothing else wants, "
+        "so they never delay the fake controller",
     )
     parser.add_argument(
         "--out",

@@ -3,8 +3,9 @@
 On a small machine the load generator, the measuring client and the broker compete for the
 same CPUs, and a latency measured there is the scheduler's as much as the broker's. Pinning
 the broker to its own CPUs (as a broker would have its own machine) and running the
-producers at a low priority (``nice``) beside the fake controller keeps the measurement about
-the broker: the producers still take every cycle the fake controller leaves idle.
+producers under SCHED_IDLE beside the fake controller (``--load-idle``,
+``LoadConfig.idle_priority``) keeps the measurement about the broker: the producers still
+take every cycle the fake controller leaves idle, and it preempts them the moment it wakes.
 """
 
 from __future__ import annotations
@@ -43,12 +44,11 @@ def available_cpus() -> frozenset[int]:
 
 @dataclass(frozen=True)
 class Placement:
-    """CPU sets (None: wherever the OS puts them) and the load generator's nice value."""
+    """CPU sets of the processes (None: wherever the OS puts them)."""
 
     broker_cpus: frozenset[int] | None = None
     client_cpus: frozenset[int] | None = None
     """The loadtest process (fake controller, metrics scraper) and the load it spawns."""
-    load_nice: int = 0
 
     def broker_preexec(self) -> Callable[[], None] | None:
         """For ``subprocess.Popen(preexec_fn=...)``: pin a started broker before it runs."""
@@ -74,9 +74,9 @@ class Placement:
 
 def split_options(cpus: Sequence[int]) -> list[str]:
     """``kplane loadtest`` options giving started brokers the first of ``cpus`` and the
-    clients the others, the producers at nice 19; none when there is a single CPU."""
+    clients the others, the producers under SCHED_IDLE; none when there is a single CPU."""
     ordered = sorted(cpus)
     if len(ordered) < 2:
         return []
     rest = ",".join(map(str, ordered[1:]))
-    return ["--broker-cpus", str(ordered[0]), "--client-cpus", rest, "--load-nice", "19"]
+    return ["--broker-cpus", str(ordered[0]), "--client-cpus", rest, "--load-idle"]

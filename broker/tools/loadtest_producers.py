@@ -1,4 +1,4 @@
-"""The data load of ``kplane loadtest``: confluent-kafka Producers in a child process.
+"""The data load of ``kplane loadtest`` in a child process; its confluent-kafka Producers.
 
 The load runs in its own (spawned) process so that its Python work never competes for a GIL
 with the fake controller whose latencies are measured. One Producer is one connection to the
@@ -9,7 +9,8 @@ message's latency (produce() to its delivery report, as librdkafka measures it) 
 Protocol with the parent over a Pipe: the child sends ``"ready"`` once every Producer has
 metadata (so its connection is open; else a one-line error), waits for ``"go"``, produces for
 ``warmup`` + ``duration`` seconds or until ``max_messages`` were measured, flushes for at most
-``FLUSH_TIMEOUT_S`` and sends a LoadResult.
+``FLUSH_TIMEOUT_S`` and sends a LoadResult. The ``wire`` load (``loadtest_wire_load``)
+speaks the same protocol from the same process set-up.
 """
 
 from __future__ import annotations
@@ -47,8 +48,12 @@ class LoadConfig:
     record_size: int
     linger_ms: float
     sample_every: int
-    nice: int = 0
-    """The load process's nice value: at 19 it takes only the CPU others leave idle."""
+    idle_priority: bool = False
+    """Run the load under SCHED_IDLE: only on CPU time no other process wants, so a waking
+    fake controller preempts it at once."""
+    partitions: int = 1
+    batch_records: int = 10
+    """Records per Produce request of the ``wire`` client."""
 
 
 @dataclass
@@ -107,9 +112,8 @@ class _Deliveries:
 def run_load(
     config: LoadConfig, conn: multiprocessing.connection.Connection, progress: Any
 ) -> None:
-    """Child-process entry point; ``progress`` is a shared array [produced, delivered]."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops this process
-    os.nice(config.nice)  # before librdkafka's threads start: they inherit it
+    """The load with confluent-kafka Producers; ``progress`` is a shared array
+    [produced, delivered]."""
     result = LoadResult()
     deliveries = _Deliveries(result)
     producers = [Producer(producer_config(config, i)) for i in range(config.producers)]
@@ -191,13 +195,29 @@ class LoadProcess:
     progress: Any
 
 
-def start_load(config: LoadConfig) -> LoadProcess:
-    """Spawn the load process."""
+LoadEntry = Callable[[LoadConfig, multiprocessing.connection.Connection, Any], None]
+"""What the load process runs: ``run_load`` or ``loadtest_wire_load.run_wire_load``."""
+
+
+def _child(
+    entry: LoadEntry, config: LoadConfig, conn: multiprocessing.connection.Connection, progress: Any
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops this process
+    if config.idle_priority:  # before the load's threads start: they inherit it
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    entry(config, conn, progress)
+
+
+def start_load(config: LoadConfig, entry: LoadEntry = run_load) -> LoadProcess:
+    """Spawn the load process running ``entry``."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
     progress = ctx.RawArray("q", 2)
     process = ctx.Process(
-        target=run_load, args=(config, child, progress), name="kplane-loadtest-load", daemon=True
+        target=_child,
+        args=(entry, config, child, progress),
+        name="kplane-loadtest-load",
+        daemon=True,
     )
     process.start()
     child.close()

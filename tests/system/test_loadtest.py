@@ -98,7 +98,7 @@ def test_three_scenarios_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixt
     assert summary["options"]["producers"] == 2
     if placement:
         assert summary["options"]["broker_cpus"] == placement[1]
-        assert summary["options"]["load_nice"] == 19
+        assert summary["options"]["load_idle"] is True
     for scenario in ("idle", "shared", "separated"):
         assert (out / f"{scenario}-broker.log").is_file()
 
@@ -192,3 +192,25 @@ def test_a_scenario_that_cannot_run_exits_1(
     assert captured.out == ""
     lines = captured.err.strip().splitlines()
     assert lines[-1].startswith("kplane loadtest: scenario shared could not run: ")
+
+
+def test_the_wire_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "results"
+    argv = [
+        *SHORT,
+        "--scenarios", "separated",
+        "--load-client", "wire",
+        "--producers", "20",
+        "--batch-records", "5",
+        "--duration", "2",
+        "--out", str(out),
+    ]  # fmt: skip
+    code = loadtest.main(argv)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    data = json.loads(captured.out)["scenarios"]["separated"]["data"]
+    assert data["delivered"] > 0 and data["failed"] == 0 and data["undelivered"] == 0
+    assert data["delivered"] == data["produced"]
+    rows = requests_of(out)
+    assert {r["api"] for r in rows if r["plane"] == "data"} == {"Produce"}
+    assert [r for r in rows if r["error"] is not None] == []

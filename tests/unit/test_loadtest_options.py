@@ -207,8 +207,6 @@ def test_cpu_lists() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--load-nice", "20"], "--load-nice"),
-        (["--load-nice", "-1"], "--load-nice"),
         (["--broker-cpus", "x"], "CPU list"),
         (["--client-cpus", "100000"], "not available"),
         (
@@ -259,5 +257,5 @@ def test_the_client_is_pinned_meanwhile_then_restored() -> None:
 def test_split_options() -> None:
     assert split_options([0]) == []
     assert split_options([3, 1, 2]) == [
-        "--broker-cpus", "1", "--client-cpus", "2,3", "--load-nice", "19",
+        "--broker-cpus", "1", "--client-cpus", "2,3", "--load-idle",
     ]  # fmt: skip
