@@ -33,6 +33,10 @@ log = structlog.get_logger(__name__)
 
 READABLE_PAUSE_S = 0.0001
 """How long a data-plane thread sleeps before looking again at a readable control socket."""
+POLL_INTERVAL_NS = 100_000
+"""The control sockets are polled at most this often over all data-plane threads: a poll is a
+system call that lets go of the GIL, so polling at every safe point would hand the
+interpreter around on every request."""
 
 
 class ControlPlanePriority:
@@ -43,8 +47,14 @@ class ControlPlanePriority:
     threads run first when they and data-plane threads are all waiting for a CPU.
     """
 
-    def __init__(self, max_pause_s: float = 0.05, data_thread_nice: int = 0) -> None:
+    def __init__(
+        self,
+        max_pause_s: float = 0.05,
+        data_thread_nice: int = 0,
+        poll_interval_ns: int = POLL_INTERVAL_NS,
+    ) -> None:
         self.max_pause_s = max_pause_s
+        self.poll_interval_ns = poll_interval_ns
         self.data_thread_nice = data_thread_nice
         self._in_flight = 0
         self._lock = threading.Lock()
@@ -52,6 +62,7 @@ class ControlPlanePriority:
         self._clear.set()
         self._unread = select.epoll()
         self._watched: dict[int, int] = {}
+        self._polled_ns = 0
 
     def watch(self, fd: int) -> None:
         """Watch a control-plane connection's socket for unread bytes (Processor thread).
@@ -91,8 +102,15 @@ class ControlPlanePriority:
                 self._clear.set()
 
     def control_waiting(self) -> bool:
-        """Whether the control plane needs the interpreter now."""
-        return not self._clear.is_set() or bool(self._unread.poll(0, 1))
+        """Whether the control plane needs the interpreter now (its sockets looked at no
+        more often than every ``poll_interval_ns``)."""
+        if not self._clear.is_set():
+            return True
+        now = time.monotonic_ns()
+        if now - self._polled_ns < self.poll_interval_ns:
+            return False
+        self._polled_ns = now  # a race between threads costs at most one extra poll
+        return bool(self._unread.poll(0, 1))
 
     def yield_to_control(self) -> None:
         """Called by data-plane threads at safe points: wait while the control plane needs

@@ -2,7 +2,8 @@
 
 Runs scenarios one after the other, each on a fresh ``kplane serve`` process (or once against
 a running broker): a fake controller sends UpdateMetadata and LeaderAndIsr at a fixed rate
-while Producers saturate the data plane, and the broker's metrics are scraped every 100 ms.
+while Producers saturate the data plane, and the broker's metrics are scraped every
+``--scrape-interval`` seconds.
 
 * ``idle``: control plane separated, no data load (the baseline);
 * ``shared``: controller requests arrive on the inter-broker listener (the data plane);
@@ -154,6 +155,7 @@ def _check(args: argparse.Namespace) -> tuple[list[str], Target | None]:
         "sample_every",
         "control_rate",
         "batch_records",
+        "scrape_interval",
     ):
         if getattr(args, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive")
@@ -232,7 +234,7 @@ async def _measure(
 ) -> ScenarioRun:
     """Set up the topics and the controller, then load and measure for ``args.duration``."""
     bootstrap = f"{target.data.host}:{target.data.port}"
-    scraper = Scraper(target.metrics_url) if target.metrics_url else None
+    scraper = Scraper(target.metrics_url, args.scrape_interval) if target.metrics_url else None
     try:
         await asyncio.to_thread(
             create_topics, bootstrap, {DATA_TOPIC: partitions, CONTROL_TOPIC: CONTROL_PARTITIONS}

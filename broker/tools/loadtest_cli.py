@@ -109,6 +109,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds before a controller request counts as timed out (default 30)",
     )
     parser.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=1.0,
+        help="seconds between scrapes of the broker's metrics (default 1; each scrape holds "
+        "the broker's interpreter for a few milliseconds)",
+    )
+    parser.add_argument(
         "--broker-override",
         action="append",
         default=[],

@@ -41,7 +41,7 @@ def test_a_data_thread_waits_until_the_control_processor_reads(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
     control, peer = pair
-    priority = ControlPlanePriority(max_pause_s=60)
+    priority = ControlPlanePriority(max_pause_s=60, poll_interval_ns=0)
     priority.watch(control.fileno())
     assert not priority.control_waiting()
     data_thread(priority).wait(10)  # nothing to yield to: goes on
@@ -80,7 +80,7 @@ def test_a_pause_is_bounded(pair: tuple[socket.socket, socket.socket]) -> None:
 
 def test_unwatch_releases_the_duplicate(pair: tuple[socket.socket, socket.socket]) -> None:
     control, peer = pair
-    priority = ControlPlanePriority()
+    priority = ControlPlanePriority(poll_interval_ns=0)
     before = open_fds()
     priority.watch(control.fileno())
     assert open_fds() == before + 1
@@ -101,3 +101,18 @@ def test_close_releases_everything_still_watched(
     priority.watch(control.fileno())
     priority.close()
     assert open_fds() == before
+
+
+def test_the_sockets_are_polled_at_most_every_interval(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    control, peer = pair
+    priority = ControlPlanePriority(poll_interval_ns=3600 * 10**9)
+    priority.watch(control.fileno())
+    assert not priority.control_waiting()  # polled: nothing unread
+    peer.sendall(b"request")
+    assert not priority.control_waiting()  # not polled again within the interval
+    priority.begin()
+    assert priority.control_waiting()  # an in-flight request needs no poll
+    priority.end()
+    priority.close()
