@@ -17,7 +17,6 @@ import multiprocessing.connection
 import os
 import struct
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import uvloop
@@ -67,18 +66,6 @@ def produce_error(frame: bytes) -> ErrorCode:
     return ErrorCode(partition.error_code)
 
 
-@dataclass
-class WireCounts:
-    """What the connections did: counted messages after the warm-up, and sampled requests."""
-
-    produced: int = 0
-    delivered: int = 0
-    failed: int = 0
-    undelivered: int = 0
-    sent: int = 0
-    """Messages sent, warm-up included (the progress line)."""
-
-
 class WireLoad:
     """``config.producers`` Produce connections to ``config.bootstrap``, one per partition
     round-robin over ``config.partitions``."""
@@ -88,10 +75,10 @@ class WireLoad:
         host, _, port = config.bootstrap.rpartition(":")
         self.host, self.port = host, int(port)
         self.batch_records = config.batch_records
-        self.counts = WireCounts()
-        self.send_times: list[float] = []
-        self.latencies_ms: list[float] = []
-        self.errors: list[str | None] = []
+        self.counts = LoadResult()
+        """Messages after the warm-up, and the sampled requests."""
+        self.sent = 0
+        """Messages sent, warm-up included (the progress line)."""
         self._streams: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self._requests = 0
 
@@ -116,7 +103,7 @@ class WireLoad:
         ]
         while not all(t.done() for t in tasks):
             await asyncio.wait(tasks, timeout=0.2)
-            progress[0], progress[1] = self.counts.sent, self.counts.delivered
+            progress[0], progress[1] = self.sent, self.counts.delivered
         for t in tasks:
             t.result()
         return max(0.0, min(time.monotonic(), end) - measure_from)
@@ -137,7 +124,7 @@ class WireLoad:
         measuring = False
         try:
             while (now := time.monotonic()) < end and counts.produced < config.max_messages:
-                if config.rate > 0 and counts.sent >= (now - start) * config.rate:
+                if config.rate > 0 and self.sent >= (now - start) * config.rate:
                     await asyncio.sleep(n / config.rate)
                     continue
                 measuring = now >= measure_from
@@ -145,7 +132,7 @@ class WireLoad:
                 struct.pack_into(">i", frame, CORRELATION_AT, correlation)
                 sent_at, began = time.time(), time.perf_counter()
                 writer.write(frame)
-                counts.sent += n
+                self.sent += n
                 if measuring:
                     counts.produced += n
                 error = produce_error(await asyncio.wait_for(_frame(reader), ANSWER_TIMEOUT_S))
@@ -165,9 +152,9 @@ class WireLoad:
             self.counts.failed += n
         self._requests += 1
         if self._requests % self.config.sample_every == 0:
-            self.send_times.append(sent_at)
-            self.latencies_ms.append(latency_ms)
-            self.errors.append(None if error == ErrorCode.none else error.name.upper())
+            self.counts.send_times.append(sent_at)
+            self.counts.latencies_ms.append(latency_ms)
+            self.counts.errors.append(None if error == ErrorCode.none else error.name.upper())
 
     def close(self) -> None:
         """Close every connection still open."""
@@ -176,17 +163,8 @@ class WireLoad:
 
     def result(self, seconds: float) -> LoadResult:
         """The counts and samples as the load process reports them."""
-        c = self.counts
-        return LoadResult(
-            c.produced,
-            c.delivered,
-            c.failed,
-            c.undelivered,
-            seconds,
-            self.send_times,
-            self.latencies_ms,
-            self.errors,
-        )
+        self.counts.seconds = seconds
+        return self.counts
 
 
 async def _frame(reader: asyncio.StreamReader) -> bytes:
