@@ -11,12 +11,14 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
 
 from broker.metrics.registry import BrokerMetrics
 
@@ -27,14 +29,34 @@ log = logging.getLogger(__name__)
 METRICS_PATH = "/metrics"
 
 
+class _YieldingRegistry(CollectorRegistry):
+    """``registry`` as an encoder reads it, calling ``pause`` before every metric family: a
+    scrape renders for milliseconds, and a control-plane request should not wait for it."""
+
+    def __init__(self, registry: CollectorRegistry, pause: Callable[[], None]) -> None:
+        super().__init__(auto_describe=False)
+        self._registry = registry
+        self._pause = pause
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            self._pause()
+            yield family
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        registry: CollectorRegistry,
+        pause: Callable[[], None] | None,
+    ) -> None:
         host = address[0]
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.registry = registry
+        self.registry = registry if pause is None else _YieldingRegistry(registry, pause)
         super().__init__(address, _Handler)
 
 
@@ -76,10 +98,18 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class MetricsHttpServer:
-    """Serves ``metrics`` at ``http://host:port/metrics``; port 0 picks a free port."""
+    """Serves ``metrics`` at ``http://host:port/metrics``; port 0 picks a free port.
+    ``pause`` (the control plane's ``yield_to_control``) runs between metric families."""
 
-    def __init__(self, metrics: BrokerMetrics, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        metrics: BrokerMetrics,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        pause: Callable[[], None] | None = None,
+    ) -> None:
         self.metrics = metrics
+        self._pause = pause
         self.host = host
         self._requested_port = port
         self._bound_port: int | None = None
@@ -101,7 +131,7 @@ class MetricsHttpServer:
         with self._lock:
             if self._server is not None:
                 raise RuntimeError("metrics HTTP server already started")
-            server = _Server((self.host, self._requested_port), self.metrics.registry)
+            server = _Server((self.host, self._requested_port), self.metrics.registry, self._pause)
             thread = threading.Thread(
                 target=server.serve_forever,
                 kwargs={"poll_interval": 0.05},

@@ -456,7 +456,10 @@ class KafkaServer:
         if port < 0:
             return
         self.metrics_http = MetricsHttpServer(
-            self.metrics, str(self.config.get("kplane.metrics.host")), port
+            self.metrics,
+            str(self.config.get("kplane.metrics.host")),
+            port,
+            self.priority.yield_to_control if self.priority is not None else None,
         )
         self.metrics_http.start()
         log.info("metrics exposed", url=self.metrics_http.url)

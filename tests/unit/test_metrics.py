@@ -435,3 +435,15 @@ def test_http_server_start_stop_many() -> None:
         with pytest.raises(RuntimeError):
             srv.start()
         assert sample(parse(scrape(srv)), REQUEST_QUEUE_SIZE) == 1
+
+
+def test_a_scrape_pauses_between_families_for_the_control_plane() -> None:
+    metrics = BrokerMetrics()
+    metrics.record_request("Produce", "data", 0.3, 2.0, 0.0, 0.05, 0.2, 3.0)
+    plain = MetricsHttpServer(metrics, "127.0.0.1", 0)
+    pauses: list[int] = []
+    yielding = MetricsHttpServer(metrics, "127.0.0.1", 0, pause=lambda: pauses.append(1))
+    with plain, yielding:
+        assert scrape(yielding) == scrape(plain)  # the same exposition
+    families = list(metrics.registry.collect())
+    assert len(pauses) == len(families) > 1
