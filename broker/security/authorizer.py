@@ -133,19 +133,18 @@ class AclAuthorizer:
         self, principal: str, host: str, operation: AclOperation, resource_type: AclResourceType
     ) -> bool:
         """Whether ``principal`` may do ``operation`` on at least one resource of the type
-        (Kafka's check for an idempotent producer without IdempotentWrite on the cluster)."""
-        if principal in self.super_users or self.allow_if_no_acl:
+        (Kafka's check for an idempotent producer without IdempotentWrite on the cluster):
+        ``allow.everyone.if.no.acl.found`` allows while no ACL covers every resource of the
+        type (the literal wildcard); else some stored pattern must be allowed, a DENY on the
+        wildcard that matches this principal and host denying them all."""
+        if principal in self.super_users:
+            return True
+        if self.allow_if_no_acl and not self._acls.get(
+            (resource_type, PatternType.LITERAL, WILDCARD)
+        ):
             return True
         names = {key[2] for key in self._acls if key[0] is resource_type}
-        return any(
-            self.authorize(principal, host, operation, resource_type, n) for n in names
-        ) and not any(
-            acl.permission_type is AclPermissionType.DENY
-            and acl.principal in (principal, WILDCARD_PRINCIPAL)
-            and acl.resource_name == WILDCARD
-            and acl.operation in (operation, AclOperation.ALL)
-            for acl in self._acls.get((resource_type, PatternType.LITERAL, WILDCARD), ())
-        )
+        return any(self.authorize(principal, host, operation, resource_type, n) for n in names)
 
     # administration --------------------------------------------------------------------
     def acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:

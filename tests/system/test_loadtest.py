@@ -42,13 +42,18 @@ def requests_of(out: Path) -> list[dict]:
     return table.to_pylist()
 
 
+def run_loadtest(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
+    """Run ``kplane loadtest`` in this process; its summary (stdout holds nothing else)."""
+    code = loadtest.main(argv)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out)
+
+
 def test_three_scenarios_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results"
     placement = split_options(sorted(available_cpus()))  # as bench/control_plane.py runs it
-    code = loadtest.main([*SHORT, *placement, "--out", str(out)])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    summary = json.loads(captured.out)  # stdout holds the summary and nothing else
+    summary = run_loadtest([*SHORT, *placement, "--out", str(out)], capsys)
     assert json.loads((out / "summary.json").read_text()) == summary
 
     rows = requests_of(out)
@@ -166,10 +171,7 @@ def test_a_running_broker(
         "--scenario-name", "mine",
         "--out", str(out),
     ]  # fmt: skip
-    code = loadtest.main(argv)
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    summary = json.loads(captured.out)
+    summary = run_loadtest(argv, capsys)
     assert list(summary["scenarios"]) == ["mine"]
     assert summary["ratios"] == {}
     rows = requests_of(out)
@@ -205,10 +207,7 @@ def test_the_wire_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         "--duration", "2",
         "--out", str(out),
     ]  # fmt: skip
-    code = loadtest.main(argv)
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    data = json.loads(captured.out)["scenarios"]["separated"]["data"]
+    data = run_loadtest(argv, capsys)["scenarios"]["separated"]["data"]
     assert data["delivered"] > 0 and data["failed"] == 0 and data["undelivered"] == 0
     assert data["delivered"] == data["produced"]
     rows = requests_of(out)
