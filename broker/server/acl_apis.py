@@ -21,6 +21,7 @@ from broker.security.acl import (
 )
 from broker.security.authorizer import AclAuthorizer
 from broker.server.context import Handler, RequestContext
+from protocol.codes import from_wire
 from protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)
@@ -31,23 +32,16 @@ DELETE_ACLS = 31
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
 
 
-def _enum(cls: Any, value: int) -> Any:
-    try:
-        return cls(int(value))
-    except ValueError:
-        return cls.UNKNOWN
-
-
 def binding_filter(entity: Any) -> AclBindingFilter:
     """The filter of a DescribeAcls request or a DeleteAcls filter entry."""
     return AclBindingFilter(
-        _enum(AclResourceType, entity.resource_type_filter),
+        from_wire(AclResourceType, entity.resource_type_filter),
         entity.resource_name_filter,
-        _enum(PatternType, getattr(entity, "pattern_type_filter", PatternType.LITERAL)),
+        from_wire(PatternType, getattr(entity, "pattern_type_filter", PatternType.LITERAL)),
         entity.principal_filter,
         entity.host_filter,
-        _enum(AclOperation, entity.operation),
-        _enum(AclPermissionType, entity.permission_type),
+        from_wire(AclOperation, entity.operation),
+        from_wire(AclPermissionType, entity.permission_type),
     )
 
 
@@ -104,13 +98,13 @@ class AclApis:
         valid: list[AclBinding] = []
         for c in creations:
             acl = AclBinding(
-                _enum(AclResourceType, c.resource_type),
+                from_wire(AclResourceType, c.resource_type),
                 c.resource_name,
-                _enum(PatternType, getattr(c, "resource_pattern_type", PatternType.LITERAL)),
+                from_wire(PatternType, getattr(c, "resource_pattern_type", PatternType.LITERAL)),
                 c.principal,
                 c.host,
-                _enum(AclOperation, c.operation),
-                _enum(AclPermissionType, c.permission_type),
+                from_wire(AclOperation, c.operation),
+                from_wire(AclPermissionType, c.permission_type),
             )
             reason = acl.invalid_reason()
             if reason is None:

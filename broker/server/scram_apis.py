@@ -17,6 +17,7 @@ from broker.security.scram import (
     ScramMechanismType,
 )
 from broker.server.context import Handler, RequestContext
+from protocol.codes import from_wire
 from protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)
@@ -25,13 +26,6 @@ DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
 
 _Outcome = tuple[ErrorCode, str | None]
-
-
-def _mechanism(code: int) -> ScramMechanismType:
-    try:
-        return ScramMechanismType(int(code))
-    except ValueError:
-        return ScramMechanismType.UNKNOWN
 
 
 class ScramApis:
@@ -112,7 +106,9 @@ class ScramApis:
         for deletion in body.deletions:
             if deletion.name in outcomes:
                 continue
-            if not self.credentials.describe(deletion.name).get(_mechanism(deletion.mechanism)):
+            if not self.credentials.describe(deletion.name).get(
+                from_wire(ScramMechanismType, deletion.mechanism)
+            ):
                 outcomes[deletion.name] = (
                     ErrorCode.resource_not_found,
                     "Attempt to delete a user credential that does not exist",
@@ -120,10 +116,12 @@ class ScramApis:
         # Apply the changes of the users whose every change is valid (Kafka's rule).
         for deletion in body.deletions:
             if deletion.name not in outcomes:
-                self.credentials.delete(deletion.name, _mechanism(deletion.mechanism))
+                self.credentials.delete(
+                    deletion.name, from_wire(ScramMechanismType, deletion.mechanism)
+                )
         for upsertion in body.upsertions:
             if upsertion.name not in outcomes:
-                mechanism = _mechanism(upsertion.mechanism)
+                mechanism = from_wire(ScramMechanismType, upsertion.mechanism)
                 self.credentials.upsert(
                     upsertion.name,
                     mechanism,
@@ -146,7 +144,10 @@ class ScramApis:
         name = getattr(change, "name", "")
         if not name:
             return ErrorCode.unacceptable_credential, "Username must not be empty"
-        if _mechanism(getattr(change, "mechanism", 0)) is ScramMechanismType.UNKNOWN:
+        if (
+            from_wire(ScramMechanismType, getattr(change, "mechanism", 0))
+            is ScramMechanismType.UNKNOWN
+        ):
             return ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism"
         iterations = getattr(change, "iterations", None)
         if iterations is None:

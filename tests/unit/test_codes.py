@@ -1,0 +1,14 @@
+"""Codes off the wire: known ones map to their member, others to UNKNOWN."""
+
+from __future__ import annotations
+
+from broker.security.acl import AclOperation
+from broker.security.scram import ScramMechanismType
+from protocol.codes import from_wire
+
+
+def test_from_wire() -> None:
+    assert from_wire(ScramMechanismType, 2) is ScramMechanismType.SCRAM_SHA_512
+    assert from_wire(ScramMechanismType, 77) is ScramMechanismType.UNKNOWN
+    assert from_wire(AclOperation, int(AclOperation.WRITE)) is AclOperation.WRITE
+    assert from_wire(AclOperation, -3) is AclOperation.UNKNOWN
