@@ -111,6 +111,12 @@ def parse_endpoints(
     return endpoints
 
 
+def listener_names(value: str) -> set[str]:
+    """The names of the well-formed entries of a ``listeners`` value (the rest is for
+    ``parse_endpoints`` to refuse)."""
+    return {normalise(m["name"]) for entry in _entries(value) if (m := _ENDPOINT.match(entry))}
+
+
 def _entries(value: str) -> list[str]:
     return [e.strip() for e in value.split(",") if e.strip()]
 

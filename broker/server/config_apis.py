@@ -19,6 +19,7 @@ import structlog
 from broker.config.definitions import CONFIGS, ConfigType
 from broker.config.dynamic_config import DEFAULT_ENTITY, DynamicBrokerConfig, base_name
 from broker.config.errors import ConfigException
+from broker.config.listeners import listener_names, normalise
 from broker.config.topic_configs import TOPIC_CONFIGS, validate_topic_configs
 from broker.metadata.cache import MetadataCache
 from broker.metadata.kafka_store import KafkaMetadataClient
@@ -276,12 +277,7 @@ class ConfigApis:
         """The listener a request came in on cannot be removed by that request."""
         if configs is None or "listeners" not in configs:
             return
-        names = {
-            part.split("://", 1)[0].strip().upper()
-            for part in configs["listeners"].split(",")
-            if "://" in part
-        }
-        if ctx.listener_name.upper() not in names:
+        if normalise(ctx.listener_name) not in listener_names(configs["listeners"]):
             raise ConfigException(
                 f"listeners: cannot remove listener {ctx.listener_name}, the request arrived "
                 "on it; send the change through another listener",

@@ -11,6 +11,7 @@ from broker.config.errors import ConfigException
 from broker.config.listeners import (
     ListenerConfig,
     default_advertised_host,
+    listener_names,
     parse_endpoints,
     parse_protocol_map,
     parse_security_protocol,
@@ -369,3 +370,9 @@ def test_control_plane_listener_equal_to_inter_broker_listener() -> None:
     msg = error(resolve, **CP, control_plane_listener_name="internal")
     assert msg.startswith('control.plane.listener.name: listener name "INTERNAL"')
     assert "inter-broker listener" in msg
+
+
+def test_listener_names_of_the_well_formed_entries() -> None:
+    value = "plaintext://:9092, EXTERNAL://[::1]:9093,bad-entry, x://h:1"
+    assert listener_names(value) == {"PLAINTEXT", "EXTERNAL", "X"}
+    assert listener_names("") == set()
