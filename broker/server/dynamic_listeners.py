@@ -27,6 +27,27 @@ LISTENER_CONFIGS = frozenset(
 )
 
 
+class ProposedListenerSecurity:
+    """The TLS and SASL set-ups of a proposed config, loaded (keystores read, login
+    contexts built) once for its validation and the reconfiguration that follows, whichever
+    component asks first."""
+
+    def __init__(self, credentials: ScramCredentialStore) -> None:
+        self.credentials = credentials
+        self._last: tuple[KafkaConfig, dict[str, ServerTls], dict[str, SaslListener]] | None
+        self._last = None
+
+    def of(self, config: KafkaConfig) -> tuple[dict[str, ServerTls], dict[str, SaslListener]]:
+        """(TLS by listener, SASL by listener) of ``config``; ConfigException naming the key
+        that does not load."""
+        last = self._last
+        if last is not None and last[0] is config:
+            return last[1], last[2]
+        tls, sasl = server_tls(config), sasl_listeners(config, self.credentials)
+        self._last = (config, tls, sasl)
+        return tls, sasl
+
+
 class DynamicListenerConfig:
     """Adds and removes listeners; the inter-broker and control-plane listeners stay, and
     no listener changes its security protocol."""
@@ -38,13 +59,13 @@ class DynamicListenerConfig:
         config: KafkaConfig,
         socket_server: SocketServer,
         sasl: MutableMapping[str, SaslListener],
-        credentials: ScramCredentialStore,
+        proposed: ProposedListenerSecurity,
         publish: Callable[[], None],
     ) -> None:
         self._current = config
         self.socket_server = socket_server
         self.sasl = sasl
-        self.credentials = credentials
+        self.proposed = proposed
         self._publish = publish
 
     def validate_reconfiguration(self, new: KafkaConfig) -> None:
@@ -69,8 +90,7 @@ class DynamicListenerConfig:
                     f"listeners: {kept} cannot be removed, it is {why}", name="listeners"
                 )
         # Keystores and login contexts of new listeners must load before anything changes.
-        server_tls(new)
-        sasl_listeners(new, self.credentials)
+        self.proposed.of(new)
 
     def reconfigure(self, old: KafkaConfig, new: KafkaConfig) -> None:
         self._current = new
@@ -82,8 +102,7 @@ class DynamicListenerConfig:
             log.info("listener removed", listener=name)
         added = [e for e in new.listeners if e.listener_name not in old_names]
         if added:
-            tls = server_tls(new)
-            sasl = sasl_listeners(new, self.credentials)
+            tls, sasl = self.proposed.of(new)
             for endpoint in added:
                 name = endpoint.listener_name
                 if name in sasl:
@@ -140,15 +159,15 @@ class DynamicListenerSecurity:
         socket_server: SocketServer,
         tls: MutableMapping[str, ServerTls],
         sasl: MutableMapping[str, SaslListener],
-        credentials: ScramCredentialStore,
+        proposed: ProposedListenerSecurity,
     ) -> None:
         self.socket_server = socket_server
         self.tls = tls
         self.sasl = sasl
-        self.credentials = credentials
+        self.proposed = proposed
 
     def validate_reconfiguration(self, new: KafkaConfig) -> None:
-        fresh = server_tls(new)
+        fresh, _ = self.proposed.of(new)
         for name, tls in fresh.items():
             old = self.tls.get(name)
             if old is None or old.certificate == tls.certificate:
@@ -160,13 +179,13 @@ class DynamicListenerSecurity:
                     f"ones {sorted(_sans(old))}",
                     name="ssl.keystore.location",
                 )
-        sasl_listeners(new, self.credentials)
 
     def reconfigure(self, old: KafkaConfig, new: KafkaConfig) -> None:
-        for name, tls in server_tls(new).items():
+        tls_listeners, sasl = self.proposed.of(new)
+        for name, tls in tls_listeners.items():
             if name in self.socket_server.acceptors:
                 self.tls[name] = tls
                 self.socket_server.set_tls(name, tls)
-        for name, listener in sasl_listeners(new, self.credentials).items():
+        for name, listener in sasl.items():
             self.sasl[name] = listener
         log.info("listener security reloaded", listeners=sorted(self.tls) + sorted(self.sasl))

@@ -60,7 +60,11 @@ from broker.server.api_versions import ApiVersionsApi
 from broker.server.config_apis import ConfigApis, load_policy
 from broker.server.context import ApiFamily
 from broker.server.controller_apis import ControllerApis
-from broker.server.dynamic_listeners import DynamicListenerConfig, DynamicListenerSecurity
+from broker.server.dynamic_listeners import (
+    DynamicListenerConfig,
+    DynamicListenerSecurity,
+    ProposedListenerSecurity,
+)
 from broker.server.dynamic_thread_pool import DynamicThreadPool
 from broker.server.fetch_apis import FetchApis
 from broker.server.group_apis import GroupApis
@@ -296,6 +300,7 @@ class KafkaServer:
         """The components KIP-226 changes at runtime."""
         assert self.socket_server is not None
         dynamic = self.dynamic
+        proposed = ProposedListenerSecurity(self.scram_credentials)
         dynamic.add_reconfigurable(
             DynamicThreadPool(
                 config,
@@ -311,16 +316,14 @@ class KafkaServer:
                 config,
                 self.socket_server,
                 self.sasl_listeners,
-                self.scram_credentials,
+                proposed,
                 self._reregister,
             )
         )
         self.metric_reporters = DynamicMetricsReporters(config, self.metrics)
         dynamic.add_reconfigurable(self.metric_reporters)
         dynamic.add_reconfigurable(
-            DynamicListenerSecurity(
-                self.socket_server, self.tls, self.sasl_listeners, self.scram_credentials
-            )
+            DynamicListenerSecurity(self.socket_server, self.tls, self.sasl_listeners, proposed)
         )
 
     def _await_own_metadata(self) -> None:
