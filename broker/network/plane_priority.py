@@ -84,6 +84,14 @@ class ControlPlanePriority:
             self._unread.unregister(dup)
             os.close(dup)
 
+    def pause_watch(self, fd: int, paused: bool) -> None:
+        """A control connection stopped (or resumed) reading, holding back a pipelined
+        request: its unread bytes do not count meanwhile, or they would stall the data
+        plane until the one in flight is answered."""
+        dup = self._watched.get(fd)
+        if dup is not None:
+            self._unread.modify(dup, 0 if paused else select.EPOLLIN)
+
     def close(self) -> None:
         """Release the epoll set and the duplicates of connections still watched."""
         for fd in list(self._watched):

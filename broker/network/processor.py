@@ -130,6 +130,11 @@ class KafkaConnection(asyncio.Protocol):
         elif not self.pending and self._reading_paused:
             self._reading_paused = False
             self.transport.resume_reading()
+        else:
+            return
+        priority = self.processor.control_priority
+        if priority is not None and self.watched_fd is not None:
+            priority.pause_watch(self.watched_fd, self._reading_paused)
 
     def send(self, response: Response) -> None:
         """Write a response for the in-flight request, then unmute."""

@@ -116,3 +116,17 @@ def test_the_sockets_are_polled_at_most_every_interval(
     assert priority.control_waiting()  # an in-flight request needs no poll
     priority.end()
     priority.close()
+
+
+def test_a_connection_that_stopped_reading_does_not_count(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    control, peer = pair
+    priority = ControlPlanePriority(poll_interval_ns=0)
+    priority.watch(control.fileno())
+    priority.pause_watch(control.fileno(), True)  # a pipelined request held back
+    peer.sendall(b"next request")
+    assert not priority.control_waiting()
+    priority.pause_watch(control.fileno(), False)
+    assert priority.control_waiting()
+    priority.close()
