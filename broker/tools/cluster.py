@@ -14,12 +14,12 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from broker.tools.serve_process import ServeProcess, spawn_serve
 from broker.tools.zookeeper import ZooKeeperServer, unavailable_reason
 
 STATE_FILE = "cluster.json"
@@ -76,40 +76,15 @@ def broker_overrides(broker_id: int, base_port: int, zk_connect: str, log_dir: P
     ]
 
 
-def start_broker(
-    broker_id: int, directory: Path, overrides: list[str]
-) -> tuple[subprocess.Popen[bytes], Path]:
-    """``kplane serve`` for one broker, logging JSON to ``DIR/broker-<id>.log``."""
+def start_broker(broker_id: int, directory: Path, overrides: list[str]) -> ServeProcess:
+    """``kplane serve`` for one broker, appending its JSON log to ``DIR/broker-<id>.log``."""
     log_path = directory / f"broker-{broker_id}.log"
-    args = [sys.executable, "-m", "broker.tools.cli", "serve", os.devnull]
-    for item in overrides:
-        args += ["--override", item]
-    env = dict(os.environ, KPLANE_LOG_FORMAT="json")
-    with open(log_path, "ab") as out:
-        process = subprocess.Popen(
-            args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    return process, log_path
+    return spawn_serve(os.devnull, overrides, log_path, append=True, new_session=True)
 
 
-def wait_started(process: subprocess.Popen[bytes], log_path: Path) -> dict[str, int]:
-    """Listener name -> bound port once the broker logged ``started``; RuntimeError if it
-    exits or takes too long."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        events = []
-        for line in log_path.read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                try:
-                    events.append(json.loads(line))
-                except ValueError:
-                    continue
-        if any(e.get("event") == "started" for e in events):
-            return {e["listener"]: e["port"] for e in events if e.get("event") == "listener bound"}
-        if process.poll() is not None:
-            raise RuntimeError(f"broker exited ({process.returncode}); see {log_path}")
-        time.sleep(0.1)
-    raise RuntimeError(f"broker did not start within {STARTUP_TIMEOUT_S:.0f} s; see {log_path}")
+def listener_ports(events: list[dict[str, Any]]) -> dict[str, int]:
+    """Listener name -> bound port, from a started broker's "listener bound" events."""
+    return {e["listener"]: e["port"] for e in events if e.get("event") == "listener bound"}
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -143,14 +118,10 @@ def run_up(args: argparse.Namespace) -> int:
                 f"zookeeper.session.timeout.ms={args.session_timeout_ms}",
                 *args.override,
             ]
-            process, log_path = start_broker(broker_id, directory, overrides)
-            ports = wait_started(process, log_path)
-            state["brokers"][str(broker_id)] = {
-                "pid": process.pid,
-                "ports": ports,
-                "overrides": overrides,
-                "log": str(log_path),
-            }
+            serve = start_broker(broker_id, directory, overrides)
+            entry = {"pid": serve.process.pid, "overrides": overrides, "log": str(serve.log_path)}
+            state["brokers"][str(broker_id)] = entry  # recorded first: down stops it on failure
+            entry["ports"] = listener_ports(serve.wait_started(STARTUP_TIMEOUT_S))
     except (RuntimeError, OSError) as exc:
         print(f"kplane cluster up: {exc}", file=sys.stderr)
         _write_state(directory, state)

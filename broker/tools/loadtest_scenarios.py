@@ -8,13 +8,9 @@ broker is always stopped: SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``.
 from __future__ import annotations
 
 import ipaddress
-import json
-import os
 import signal
 import socket
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.tools.loadtest_controller import Endpoint
+from broker.tools.serve_process import ServeFailed, spawn_serve
 
 LOOPBACK = "127.0.0.1"
 DATA_LISTENER = "CLIENT"
@@ -95,18 +92,6 @@ def broker_properties(spec: ScenarioSpec, log_dir: Path, partitions: int) -> dic
     return props
 
 
-def json_events(text: str) -> list[dict[str, Any]]:
-    """The JSON object lines of a log; other lines are skipped."""
-    events = []
-    for line in text.splitlines():
-        if line.startswith("{"):
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return events
-
-
 def target_from_events(
     events: list[dict[str, Any]], broker_id: int, control_listener: str
 ) -> Target:
@@ -149,48 +134,15 @@ def started_broker(
     props_path = workdir / f"{spec.name}.properties"
     props = broker_properties(spec, workdir / f"{spec.name}-data", partitions)
     props_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()), encoding="utf-8")
-    args = [sys.executable, "-m", "broker.tools.cli", "serve", str(props_path)]
-    for item in overrides:
-        args += ["--override", item]
-    env = dict(os.environ, KPLANE_LOG_FORMAT="json")
-    with log_path.open("wb") as out:
-        process = subprocess.Popen(
-            args,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            preexec_fn=preexec,
-        )
+    serve = spawn_serve(str(props_path), overrides, log_path, preexec=preexec)
     try:
-        events = _wait_started(process, log_path)
+        try:
+            events = serve.wait_started(START_TIMEOUT_S)
+        except ServeFailed as exc:
+            raise ScenarioError(str(exc)) from None
         yield target_from_events(events, int(props["broker.id"]), spec.control_listener)
     finally:
-        stop_process(process)
-
-
-def _wait_started(process: subprocess.Popen[bytes], log_path: Path) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        events = json_events(log_path.read_text(encoding="utf-8", errors="replace"))
-        if any(e.get("event") == "started" for e in events):
-            return events
-        if process.poll() is not None:
-            raise ScenarioError(
-                f"the broker exited with {process.returncode}: {_last_error(log_path)}"
-            )
-        time.sleep(0.05)
-    raise ScenarioError(f"the broker did not start within {START_TIMEOUT_S:.0f} s; see {log_path}")
-
-
-def _last_error(log_path: Path) -> str:
-    """The last error event of the log, else its last line (a traceback's exception)."""
-    text = log_path.read_text(encoding="utf-8", errors="replace")
-    errors = [e for e in json_events(text) if e.get("level") in ("error", "critical")]
-    if errors:
-        return json.dumps(errors[-1])
-    lines = [line for line in text.splitlines() if line.strip()]
-    return f"{lines[-1].strip() if lines else 'no output'} (log: {log_path})"
+        stop_process(serve.process)
 
 
 def stop_process(process: subprocess.Popen[bytes]) -> None:

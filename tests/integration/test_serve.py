@@ -17,6 +17,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from broker.testing.plugin import REPO_ROOT, BrokerProcess
+from broker.tools.serve_process import ServeFailed, json_events, spawn_serve
 
 pytestmark = pytest.mark.slow
 
@@ -25,21 +26,8 @@ SHUTDOWN_REQUIREMENT_S = 5.0  # product requirement: SIGTERM/SIGINT exit within 
 SHUTDOWN_WAIT_S = 20.0  # how long the test waits before declaring the process hung
 
 
-def json_lines(text: str) -> list[dict]:
-    """Every JSON object line of a log; other lines are ignored."""
-    events = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return events
-
-
 def events_named(text: str, name: str) -> list[dict]:
-    return [e for e in json_lines(text) if e.get("event") == name]
+    return [e for e in json_events(text) if e.get("event") == name]
 
 
 def wait_for_event(log_text: Callable[[], str], name: str, process: subprocess.Popen[bytes],
@@ -96,7 +84,7 @@ def produce(bootstrap: str, topic: str, count: int) -> list[int]:
 # start-up --------------------------------------------------------------------------------
 def test_logs_listener_bound_then_started(broker_process) -> None:
     handle = started(broker_process())
-    events = json_lines(handle.log_text())
+    events = json_events(handle.log_text())
     bound = [e for e in events if e.get("event") == "listener bound"]
     assert len(bound) == 1, bound
     (line,) = bound
@@ -223,7 +211,7 @@ def assert_one_error_line(done: subprocess.CompletedProcess[str], *mentions: str
     output = done.stdout + done.stderr
     assert done.returncode != 0, output
     assert "Traceback" not in output, output
-    errors = [e for e in json_lines(output) if e.get("level") in ("error", "critical")]
+    errors = [e for e in json_events(output) if e.get("level") in ("error", "critical")]
     assert len(errors) == 1, output
     line = json.dumps(errors[0])
     for mention in mentions:
@@ -306,3 +294,18 @@ def test_unreachable_zookeeper_exits_with_one_error_line(tmp_path: Path) -> None
 def test_missing_config_file_exits_with_one_error_line(tmp_path: Path) -> None:
     done = run_cli(tmp_path, config="configs/no-such-file.properties")
     assert_one_error_line(done, "no-such-file.properties")
+
+
+def test_a_restart_appending_to_its_log_waits_for_its_own_start(tmp_path: Path) -> None:
+    log_path = tmp_path / "broker.log"
+    log_path.write_text('{"event": "started", "level": "info"}\n')  # an earlier run's
+    serve = spawn_serve(
+        str(REPO_ROOT / "configs/server.properties"),
+        [f"log.dirs={tmp_path / 'data'}", "listeners=PLAINTEXT://127.0.0.1:0,FOO://127.0.0.1:0"],
+        log_path,
+        append=True,
+    )
+    with pytest.raises(ServeFailed, match="exited with 1") as info:
+        serve.wait_started(START_TIMEOUT_S)
+    assert "FOO" in str(info.value)  # the error line of this run
+    assert log_path.read_text().startswith('{"event": "started"')  # appended, not replaced

@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.tools.cluster import start_broker, wait_started
+from broker.tools.cluster import STARTUP_TIMEOUT_S, start_broker
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cluster")]
 SESSION_TIMEOUT_MS = 3000
@@ -183,9 +183,10 @@ def test_cluster_end_to_end(cluster: dict[str, Any]) -> None:
 
     # The dead broker restarts and rejoins; its partitions come back.
     entry = cluster["brokers"][dead]
-    process, log_path = start_broker(int(dead), Path(entry["log"]).parent, entry["overrides"])
+    serve = start_broker(int(dead), Path(entry["log"]).parent, entry["overrides"])
+    process = serve.process
     try:
-        wait_started(process, log_path)
+        serve.wait_started(STARTUP_TIMEOUT_S)
         back = _wait(
             lambda: (
                 (m := admin.list_topics(topic="spread", timeout=10)).brokers.keys() == {0, 1, 2}

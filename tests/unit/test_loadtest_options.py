@@ -24,10 +24,10 @@ from broker.tools.loadtest_scenarios import (
     ScenarioError,
     broker_properties,
     external_target,
-    json_events,
     parse_address,
     target_from_events,
 )
+from broker.tools.serve_process import json_events
 
 
 def test_scenario_brokers() -> None:
