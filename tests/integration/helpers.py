@@ -1,13 +1,20 @@
 """Helpers shared by the integration tests: raw-wire records, Produce v9 and Fetch v12, and
-confluent-kafka's produce-everything / read-everything loops."""
+confluent-kafka's produce-everything / read-everything loops, and ``kplane serve`` refusing a
+bad config."""
 
 from __future__ import annotations
 
 import datetime
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka import KafkaConsumer, KafkaProducer
@@ -15,7 +22,9 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.static.primitive import i16, i32, i64
 
+from broker.testing.plugin import REPO_ROOT
 from broker.testing.wire import WireClient
+from broker.tools.serve_process import json_events
 from protocol.errors import ErrorCode
 from protocol.records import Record
 
@@ -222,3 +231,31 @@ def with_inter_broker_sasl(overrides: Mapping[str, str]) -> dict[str, str]:
         }
     )
     return props
+
+
+def run_cli(tmp_path: Path, *overrides: str, config: str = "configs/server.properties"
+            ) -> subprocess.CompletedProcess[str]:
+    """``kplane serve CONFIG`` with ``overrides`` and a log dir under ``tmp_path``, expected
+    to stop by itself (a bad config): the finished process."""
+    args = [sys.executable, "-m", "broker.tools.cli", "serve", str(REPO_ROOT / config),
+            "--override", f"log.dirs={tmp_path / 'bad'}"]
+    for item in overrides:
+        args += ["--override", item]
+    env = dict(os.environ, KPLANE_LOG_FORMAT="json")
+    try:
+        return subprocess.run(args, capture_output=True, text=True, env=env, cwd=REPO_ROOT,
+                              timeout=30, check=False)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"kplane serve kept running with a bad config: {exc.stderr!r}")
+
+
+def assert_one_error_line(done: subprocess.CompletedProcess[str], *mentions: str) -> None:
+    """It failed with exactly one error line, naming each of ``mentions``, and no traceback."""
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "Traceback" not in output, output
+    errors = [e for e in json_events(output) if e.get("level") in ("error", "critical")]
+    assert len(errors) == 1, output
+    line = json.dumps(errors[0])
+    for mention in mentions:
+        assert mention in line, f"{mention!r} not in the error line {line}"

@@ -35,11 +35,6 @@ JAAS = (
 
 
 @pytest.fixture
-def pki(tmp_path: Path) -> PkiFiles:
-    return create_test_pki(tmp_path / "pki", ["localhost", "127.0.0.1"])
-
-
-@pytest.fixture
 def secure_broker(broker_factory: Callable[..., RunningBroker], pki: PkiFiles) -> RunningBroker:
     """PLAINTEXT, SSL, MTLS (SSL requiring a client certificate), SASL_PLAINTEXT and
     SASL_SSL listeners; PLAIN users from the JAAS config, SCRAM users from the admin API."""

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import struct
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException
@@ -13,21 +10,21 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from broker.security.certs import PkiFiles, create_test_pki
-from broker.testing.plugin import REPO_ROOT, RunningBroker
+from broker.security.certs import PkiFiles
+from broker.testing.plugin import RunningBroker
 from protocol.errors import ErrorCode
-from tests.integration.helpers import kafka_python_round_trip, numbered_round_trip
+from tests.integration.helpers import (
+    assert_one_error_line,
+    kafka_python_round_trip,
+    numbered_round_trip,
+    run_cli,
+)
 
 JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
     'username="admin" password="admin-secret" '
     'user_admin="admin-secret" user_alice="alice-secret";'
 )
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> PkiFiles:
-    return create_test_pki(tmp_path / "pki", ["localhost", "127.0.0.1"])
 
 
 @pytest.fixture
@@ -145,30 +142,10 @@ def test_wire_level_rules(sasl_broker) -> None:
     ],
 )
 def test_bad_sasl_config_stops_start_up(tmp_path, override: str, mention: str) -> None:
-    args = [
-        sys.executable,
-        "-m",
-        "broker.tools.cli",
-        "serve",
-        str(REPO_ROOT / "configs/server.properties"),
-        "--override",
+    done = run_cli(
+        tmp_path,
         "listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-        "--override",
-        f"log.dirs={tmp_path / 'data'}",
-        "--override",
         "sasl.enabled.mechanisms=PLAIN",
-        "--override",
         override,
-    ]
-    done = subprocess.run(
-        args,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO_ROOT,
-        env={"KPLANE_LOG_FORMAT": "json", "PATH": "/usr/bin:/bin"},
     )
-    assert done.returncode != 0
-    errors = [line for line in done.stderr.splitlines() if '"level": "error"' in line]
-    assert len(errors) == 1, done.stderr
-    assert mention in errors[0]
+    assert_one_error_line(done, mention)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException
@@ -15,7 +14,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from broker.security.certs import PkiFiles, create_test_pki
+from broker.security.certs import PkiFiles
 from broker.testing.plugin import RunningBroker
 from tests.integration.helpers import kafka_python_round_trip, numbered_round_trip
 
@@ -24,11 +23,6 @@ JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
     'username="admin" password="admin-secret" user_admin="admin-secret";'
 )
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> PkiFiles:
-    return create_test_pki(tmp_path / "pki", ["localhost", "127.0.0.1"])
 
 
 @pytest.fixture

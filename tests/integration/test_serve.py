@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from broker.testing.plugin import REPO_ROOT, BrokerProcess
 from broker.tools.serve_process import ServeFailed, json_events, spawn_serve
+from tests.integration.helpers import assert_one_error_line, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -193,31 +191,6 @@ def test_multi_listener_config_logs_both_listeners(broker_process) -> None:
 
 
 # bad configs -------------------------------------------------------------------------------
-def run_cli(tmp_path: Path, *overrides: str, config: str = "configs/server.properties"
-            ) -> subprocess.CompletedProcess[str]:
-    args = [sys.executable, "-m", "broker.tools.cli", "serve", str(REPO_ROOT / config),
-            "--override", f"log.dirs={tmp_path / 'bad'}"]
-    for item in overrides:
-        args += ["--override", item]
-    env = dict(os.environ, KPLANE_LOG_FORMAT="json")
-    try:
-        return subprocess.run(args, capture_output=True, text=True, env=env, cwd=REPO_ROOT,
-                              timeout=30, check=False)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"kplane serve kept running with a bad config: {exc.stderr!r}")
-
-
-def assert_one_error_line(done: subprocess.CompletedProcess[str], *mentions: str) -> None:
-    output = done.stdout + done.stderr
-    assert done.returncode != 0, output
-    assert "Traceback" not in output, output
-    errors = [e for e in json_events(output) if e.get("level") in ("error", "critical")]
-    assert len(errors) == 1, output
-    line = json.dumps(errors[0])
-    for mention in mentions:
-        assert mention in line, f"{mention!r} not in the error line {line}"
-
-
 MAP_EXTRA = (
     "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROL:PLAINTEXT"
 )

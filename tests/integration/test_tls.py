@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from broker.security.certs import PkiFiles, create_test_pki
-from broker.testing.plugin import REPO_ROOT, RunningBroker
+from broker.security.certs import PkiFiles
+from broker.testing.plugin import RunningBroker
 from broker.testing.wire import WireClient
 from tests.integration.helpers import (
+    assert_one_error_line,
     kafka_python_round_trip,
     numbered_round_trip,
+    run_cli,
     with_inter_broker_sasl,
 )
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> PkiFiles:
-    return create_test_pki(tmp_path / "pki", ["localhost", "127.0.0.1"])
 
 
 def _tls_broker(broker_factory, pki: PkiFiles, client_auth: str = "none", **extra: str):
@@ -129,33 +123,13 @@ def _closed_after_any_alert(sock: socket.socket, timeout: float = 10.0) -> bool:
 
 
 def test_bad_keystore_stops_start_up_with_one_line(tmp_path, pki) -> None:
-    args = [
-        sys.executable,
-        "-m",
-        "broker.tools.cli",
-        "serve",
-        str(REPO_ROOT / "configs/server.properties"),
-        "--override",
+    done = run_cli(
+        tmp_path,
         "listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
-        "--override",
-        f"log.dirs={tmp_path / 'data'}",
-        "--override",
         "listener.name.ssl.ssl.keystore.type=JKS",
-        "--override",
         f"listener.name.ssl.ssl.keystore.location={pki.broker_p12}",
-    ]
-    done = subprocess.run(
-        args,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO_ROOT,
-        env={"KPLANE_LOG_FORMAT": "json", "PATH": "/usr/bin:/bin"},
     )
-    assert done.returncode != 0
-    errors = [line for line in done.stderr.splitlines() if '"level": "error"' in line]
-    assert len(errors) == 1, done.stderr
-    assert "JKS" in errors[0] and "keytool" in errors[0]
+    assert_one_error_line(done, "JKS", "keytool")
 
 
 def test_principal_mapping_rules_name_the_authorized_principal(broker_factory, pki) -> None:
