@@ -9,7 +9,7 @@ ones. A controller older than the newest seen is answered STALE_CONTROLLER_EPOCH
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import structlog
@@ -21,6 +21,7 @@ from broker.metadata.kafka_store import BrokerRegistration
 from broker.security.acl import AclOperation, AclResourceType
 from broker.server.context import Handler, RequestContext
 from broker.server.replica_manager import ReplicaManager, ReplicaState, StopReplicaState
+from protocol import api
 from protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger(__name__)
@@ -58,11 +59,26 @@ class ControllerApis:
             UPDATE_METADATA: self.handle_update_metadata,
         }
 
-    def _refused(self, ctx: RequestContext) -> ErrorCode | None:
-        """CLUSTER_AUTHORIZATION_FAILED without ClusterAction (only brokers may send these)."""
-        if ctx.authorized(AclOperation.CLUSTER_ACTION, AclResourceType.CLUSTER):
-            return None
-        return ErrorCode.cluster_authorization_failed
+    @staticmethod
+    def _apply(
+        ctx: RequestContext, action: Callable[[], Mapping[TopicPartition, ErrorCode]]
+    ) -> tuple[ErrorCode, Mapping[TopicPartition, ErrorCode]]:
+        """(the request's error, per-partition errors) of running ``action``: refused with
+        CLUSTER_AUTHORIZATION_FAILED without ClusterAction (only brokers may send these), or
+        with the code of the KafkaError it raises (a stale controller epoch), logged."""
+        if not ctx.authorized(AclOperation.CLUSTER_ACTION, AclResourceType.CLUSTER):
+            return ErrorCode.cluster_authorization_failed, {}
+        try:
+            return ErrorCode.none, action()
+        except KafkaError as exc:
+            log.info(
+                "controller request refused",
+                api=api.API_NAMES.get(ctx.api_key),
+                controller=int(ctx.body.controller_id),
+                controller_epoch=int(ctx.body.controller_epoch),
+                reason=exc.message,
+            )
+            return exc.code, {}
 
     # LeaderAndIsr --------------------------------------------------------------------
     def handle_leader_and_isr(self, ctx: RequestContext) -> None:
@@ -78,22 +94,12 @@ class ControllerApis:
             )
             for name, _, s in entries
         ]
-        error = self._refused(ctx)
-        errors: dict[TopicPartition, ErrorCode] = {}
-        if error is None:
-            try:
-                errors = self.replica_manager.become_leader_or_follower(
-                    int(body.controller_epoch), states
-                )
-            except KafkaError as exc:
-                error = exc.code
-                log.info(
-                    "LeaderAndIsr refused",
-                    controller=int(body.controller_id),
-                    controller_epoch=int(body.controller_epoch),
-                    reason=exc.message,
-                )
-        top = error or ErrorCode.none
+        top, errors = self._apply(
+            ctx,
+            lambda: self.replica_manager.become_leader_or_follower(
+                int(body.controller_epoch), states
+            ),
+        )
         per = {s.tp: errors.get(s.tp, top) for s in states}
         if ctx.api_version >= 5:
             by_topic: dict[str, list[Any]] = {}
@@ -132,19 +138,9 @@ class ControllerApis:
     def handle_stop_replica(self, ctx: RequestContext) -> None:
         body = ctx.body
         stops = list(self._stops(body))
-        error = self._refused(ctx)
-        errors: dict[TopicPartition, ErrorCode] = {}
-        if error is None:
-            try:
-                errors = self.replica_manager.stop_replicas(int(body.controller_epoch), stops)
-            except KafkaError as exc:
-                error = exc.code
-                log.info(
-                    "StopReplica refused",
-                    controller_epoch=int(body.controller_epoch),
-                    reason=exc.message,
-                )
-        top = error or ErrorCode.none
+        top, errors = self._apply(
+            ctx, lambda: self.replica_manager.stop_replicas(int(body.controller_epoch), stops)
+        )
         deleted = [s.tp.topic for s in stops if s.delete and errors.get(s.tp) is ErrorCode.none]
         if deleted:
             log.info("partitions deleted by the controller", count=len(deleted))
@@ -182,20 +178,14 @@ class ControllerApis:
     # UpdateMetadata ------------------------------------------------------------------
     def handle_update_metadata(self, ctx: RequestContext) -> None:
         body = ctx.body
-        error = self._refused(ctx)
-        if error is None:
-            try:
-                self.replica_manager.check_controller_epoch(int(body.controller_epoch))
-            except KafkaError as exc:
-                error = exc.code
-                log.info(
-                    "UpdateMetadata refused",
-                    controller_epoch=int(body.controller_epoch),
-                    reason=exc.message,
-                )
-        if error is None:
+
+        def update() -> Mapping[TopicPartition, ErrorCode]:
+            self.replica_manager.check_controller_epoch(int(body.controller_epoch))
             self._update_cache(body)
-        ctx.respond(ctx.make_response(error_code=error or ErrorCode.none))
+            return {}
+
+        error, _ = self._apply(ctx, update)
+        ctx.respond(ctx.make_response(error_code=error))
 
     def _update_cache(self, body: Any) -> None:
         """Replace the live brokers; merge the partition states (Kafka's incremental rule)."""
