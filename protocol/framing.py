@@ -136,6 +136,12 @@ def read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
     return int(value), pos + size
 
 
+def response_body_offset(api_key: int, api_version: int) -> int:
+    """Where a response's body starts in its frame (after the size prefix): behind the
+    correlation id, and for header v1 its tagged fields (none, as brokers send them)."""
+    return 4 if api.response_header_version(api_key, api_version) == 0 else 5
+
+
 def response_frame_prefix(
     api_key: int, api_version: int, correlation_id: int, body_size: int
 ) -> bytes:

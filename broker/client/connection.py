@@ -20,7 +20,7 @@ from broker.client.sasl import SaslCredentials, authenticate
 from broker.client.security import tls_failure
 from protocol import api
 from protocol.errors import ErrorCode
-from protocol.framing import encode_request_frame
+from protocol.framing import encode_request_frame, response_body_offset
 
 log = structlog.get_logger(__name__)
 
@@ -179,9 +179,10 @@ class BrokerConnection:
                 if entry is None:
                     continue
                 future, api_key, version = entry
-                offset = 4 + (1 if api.response_header_version(api_key, version) else 0)
                 try:
-                    response = api.decode_response(api_key, version, frame, offset)
+                    response = api.decode_response(
+                        api_key, version, frame, response_body_offset(api_key, version)
+                    )
                 except Exception as exc:
                     if not future.done():
                         future.set_exception(exc)

@@ -8,7 +8,7 @@ import struct
 from typing import Any
 
 from protocol import api
-from protocol.framing import encode_request_frame
+from protocol.framing import encode_request_frame, response_body_offset
 
 
 class WireClient:
@@ -51,7 +51,7 @@ class WireClient:
         """Read a response of ``api_key``/``api_version``: (correlation id, entity)."""
         frame = self.read_frame()
         (correlation_id,) = struct.unpack_from(">i", frame, 0)
-        offset = 4 + (1 if api.response_header_version(api_key, api_version) == 1 else 0)
+        offset = response_body_offset(api_key, api_version)
         return correlation_id, api.decode_response(api_key, api_version, frame, offset)
 
     def request(self, request: Any) -> Any:

@@ -26,7 +26,7 @@ from kio.static.primitive import i16, i32
 from broker.tools.loadtest_producers import LoadConfig, LoadResult
 from protocol import api
 from protocol.errors import ErrorCode
-from protocol.framing import encode_request_frame
+from protocol.framing import encode_request_frame, response_body_offset
 from protocol.records import Record, build_batch
 
 PRODUCE, PRODUCE_VERSION = 0, 9
@@ -59,7 +59,7 @@ def produce_frame(topic: str, partition: int, record_size: int, batch_records: i
 
 def produce_error(frame: bytes) -> ErrorCode:
     """The partition error of a Produce v9 response frame (after its size prefix)."""
-    offset = 4 + (1 if api.response_header_version(PRODUCE, PRODUCE_VERSION) == 1 else 0)
+    offset = response_body_offset(PRODUCE, PRODUCE_VERSION)
     response = api.decode_response(PRODUCE, PRODUCE_VERSION, frame, offset)
     (topic,) = response.responses
     (partition,) = topic.partition_responses

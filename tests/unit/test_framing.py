@@ -15,6 +15,7 @@ from protocol.framing import (
     InvalidRequestHeader,
     encode_request_frame,
     parse_request_header,
+    response_body_offset,
     response_frame_prefix,
 )
 
@@ -98,3 +99,9 @@ def test_every_served_version_has_request_and_response_classes(kv: tuple[int, in
     response = api.response_class(key, version)
     assert int(request.__api_key__) == key == int(response.__api_key__)
     assert int(request.__version__) == version
+
+
+def test_the_response_body_follows_its_header() -> None:
+    for key, version in ((18, 3), (0, 9), (3, 12)):
+        prefix = response_frame_prefix(key, version, 7, 0)
+        assert response_body_offset(key, version) == len(prefix) - 4  # minus the size
