@@ -21,6 +21,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from protocol import controller_schema
+from protocol.body_scan import scan
 
 E = TypeVar("E")
 
@@ -125,16 +126,22 @@ def warm(versions: dict[int, range]) -> None:
             _writer(response_class(key, version))
 
 
+def _decode(cls: type[Any], buffer: Any, offset: int) -> Any:
+    """Scan the body against its schema (``MalformedBody`` when it does not fit), then
+    decode it with kio; unknown tagged fields are left out (KIP-482)."""
+    data, start = scan(cls, buffer, offset)
+    value, _size = _reader(cls)(data, start)
+    return value
+
+
 def decode_request(api_key: int, version: int, buffer: Any, offset: int = 0) -> Any:
     """Decode a request body starting at ``offset``; raises on malformed bytes."""
-    value, _size = _reader(request_class(api_key, version))(buffer, offset)
-    return value
+    return _decode(request_class(api_key, version), buffer, offset)
 
 
 def decode_response(api_key: int, version: int, buffer: Any, offset: int = 0) -> Any:
     """Decode a response body starting at ``offset`` (used by kplane's client and tests)."""
-    value, _size = _reader(response_class(api_key, version))(buffer, offset)
-    return value
+    return _decode(response_class(api_key, version), buffer, offset)
 
 
 def encode(entity: Any) -> bytes:
@@ -175,6 +182,8 @@ def _zero_for(hint: Any, kafka_type: str | None) -> Callable[[], Any]:
     origin = typing.get_origin(hint)
     if origin is tuple:
         return tuple
+    if dataclasses.is_dataclass(hint):
+        return lambda: make(hint)
     if kafka_type == "string":
         return str
     if kafka_type in ("bytes", "records"):
@@ -189,6 +198,10 @@ def _zero_for(hint: Any, kafka_type: str | None) -> Callable[[], Any]:
         from kio.schema.errors import ErrorCode
 
         return lambda: ErrorCode.none
+    if kafka_type == "datetime_i64":
+        import datetime
+
+        return lambda: datetime.datetime.fromtimestamp(0, datetime.UTC)
     if kafka_type in ("timedelta_i32", "timedelta_i64"):
         import datetime
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -30,19 +31,36 @@ class InvalidRequestHeader(Exception):
 
 
 class FrameDecoder:
-    """Turns a byte stream into frames; the size is checked before the body is buffered."""
+    """Turns a byte stream into frames; the size is checked before the body is buffered.
 
-    __slots__ = ("_buffer", "_max_size", "_need")
+    ``max_size`` may change between feeds (a smaller bound before SASL authentication).
+    With ``allocate``, each frame's size is asked of a memory pool when its size prefix
+    is read; a refusal leaves the decoder ``blocked`` (the caller stops reading) until
+    ``resume``.
+    """
 
-    def __init__(self, max_size: int) -> None:
+    __slots__ = ("_allocate", "_buffer", "_need", "blocked", "max_size", "reserved")
+
+    def __init__(self, max_size: int, allocate: Callable[[int], bool] | None = None) -> None:
         self._buffer = bytearray()
-        self._max_size = max_size
+        self.max_size = max_size
+        self._allocate = allocate
         self._need = -1
+        self.blocked = False
+        self.reserved = 0  # bytes allocated for the frame being received
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add received bytes; return every frame now complete (without its size prefix)."""
+        self._buffer += data
+        return [] if self.blocked else self._frames()
+
+    def resume(self) -> list[bytes]:
+        """Try the frame the pool refused again; return the frames now complete."""
+        self.blocked = False
+        return self._frames()
+
+    def _frames(self) -> list[bytes]:
         buf = self._buffer
-        buf += data
         frames: list[bytes] = []
         pos = 0
         end = len(buf)
@@ -51,8 +69,13 @@ class FrameDecoder:
                 if end - pos < 4:
                     break
                 (size,) = _SIZE.unpack_from(buf, pos)
-                if size < 0 or size > self._max_size:
-                    raise FrameTooLarge(size, self._max_size)
+                if size < 0 or size > self.max_size:
+                    raise FrameTooLarge(size, self.max_size)
+                if self._allocate is not None:
+                    if not self._allocate(size):
+                        self.blocked = True
+                        break
+                    self.reserved = size
                 self._need = size
                 pos += 4
             if end - pos < self._need:
@@ -60,6 +83,7 @@ class FrameDecoder:
             frames.append(bytes(buf[pos : pos + self._need]))
             pos += self._need
             self._need = -1
+            self.reserved = 0
         if pos:
             del buf[:pos]
         return frames

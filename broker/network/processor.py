@@ -22,6 +22,7 @@ import uvloop
 
 from broker.config.endpoint import EndPoint
 from broker.metrics.registry import CONTROL_PLANE
+from broker.network.memory_pool import MemoryPool
 from broker.network.plane_priority import ControlPlanePriority
 from broker.network.request_channel import Request, RequestChannel, Response
 from broker.network.tls import ANONYMOUS, ServerTls
@@ -34,6 +35,11 @@ log = structlog.get_logger(__name__)
 RequestObserver = Callable[[Request, int], None]
 IdleObserver = Callable[[int, int], None]
 
+WRITE_BUFFER_HIGH = 1 << 20
+"""Unsent response bytes past which a connection takes no new request (Kafka mutes a
+channel until its send completes); it takes requests again below ``WRITE_BUFFER_LOW``."""
+WRITE_BUFFER_LOW = 1 << 18
+
 
 class KafkaConnection(asyncio.Protocol):
     """One client connection: framing, muting, and the order of responses."""
@@ -43,7 +49,10 @@ class KafkaConnection(asyncio.Protocol):
         self.connection_id = connection_id
         self.peer = peer
         self.transport: asyncio.Transport | None = None
-        self.decoder = FrameDecoder(processor.max_request_size)
+        pool = processor.memory_pool
+        self.decoder = FrameDecoder(
+            processor.max_request_size, pool.try_allocate if pool is not None else None
+        )
         self.pending: deque[bytes] = deque()
         self.in_flight: Request | None = None
         self.last_active = time.monotonic()
@@ -54,10 +63,12 @@ class KafkaConnection(asyncio.Protocol):
             SaslSession() if processor.endpoint.security_protocol in SASL_PROTOCOLS else None
         )
         self._reading_paused = False
+        self._writing_paused = False
         self.watched_fd: int | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)  # type: ignore[attr-defined]
         priority = self.processor.control_priority
         if priority is not None:  # data-plane threads yield while this socket has bytes
             self.watched_fd = transport.get_extra_info("socket").fileno()
@@ -79,11 +90,16 @@ class KafkaConnection(asyncio.Protocol):
         self.processor.yield_to_control()
         started = time.monotonic_ns()
         self.last_active = time.monotonic()
+        pre_auth = self.session is not None and not self.session.authenticated
+        self.decoder.max_size = (
+            self.processor.sasl_max_receive_size if pre_auth else self.processor.max_request_size
+        )
         try:
             frames = self.decoder.feed(data)
         except FrameTooLarge as exc:
             log.warning(
-                "closing connection: request frame too large",
+                "closing connection: request frame too large"
+                + (" before SASL authentication" if pre_auth else ""),
                 connection=self.connection_id,
                 listener=self.processor.endpoint.listener_name,
                 size=exc.size,
@@ -91,14 +107,43 @@ class KafkaConnection(asyncio.Protocol):
             )
             self.close()
             return
-        self.pending.extend(frames)
-        self.dispatch()
+        self._take(frames)
         self.processor.busy_ns += time.monotonic_ns() - started
+
+    def _take(self, frames: list[bytes]) -> None:
+        """Queue complete frames; when the memory pool refused the next one, wait for room."""
+        self.pending.extend(frames)
+        pool = self.processor.memory_pool
+        if self.decoder.blocked and pool is not None:
+            pool.wait(self._memory_released)
+        self.dispatch()
+
+    def _memory_released(self) -> None:
+        """Called from whichever thread released memory: retry on this loop."""
+        with contextlib.suppress(RuntimeError):  # the Processor has stopped
+            self.processor.loop.call_soon_threadsafe(self._retry_frame)
+
+    def _retry_frame(self) -> None:
+        if self.transport is None or self.closing or not self.decoder.blocked:
+            return
+        self._take(self.decoder.resume())
+
+    def pause_writing(self) -> None:
+        """The transport holds more unsent bytes than ``WRITE_BUFFER_HIGH``."""
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        """The client read enough: take the next request."""
+        self._writing_paused = False
+        self.dispatch()
 
     def eof_received(self) -> bool:
         """The client closed its side: requests it already sent are still processed (an
-        acks=0 Produce is never dropped), then the connection closes."""
+        acks=0 Produce is never dropped), then the connection closes. A request parked
+        in a purgatory for the client's sake (a long-poll Fetch) is let go at once."""
         self.peer_closed = True
+        if self.in_flight is not None:
+            self.in_flight.mark_disconnected()
         if self.processor.tls is not None:
             return False  # TLS has no half-close: connection_lost finishes the queued requests
         return self.in_flight is not None or bool(self.pending)
@@ -108,9 +153,11 @@ class KafkaConnection(asyncio.Protocol):
         stop reading while complete frames wait, so a pipelining client is held back."""
         if self.closing or self.processor.draining:
             return
-        if self.in_flight is None and self.pending:
-            request = self.processor.build_request(self, self.pending.popleft())
+        if self.in_flight is None and self.pending and not self._writing_paused:
+            frame = self.pending.popleft()
+            request = self.processor.build_request(self, frame)
             if request is None:
+                self.processor.release(len(frame))
                 self.close()
                 return
             self.in_flight = request
@@ -124,10 +171,11 @@ class KafkaConnection(asyncio.Protocol):
     def _pace_reading(self) -> None:
         if self.transport is None:
             return
-        if self.pending and not self._reading_paused:
+        hold = bool(self.pending) or self.decoder.blocked
+        if hold and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
-        elif not self.pending and self._reading_paused:
+        elif not hold and self._reading_paused:
             self._reading_paused = False
             self.transport.resume_reading()
         else:
@@ -155,8 +203,14 @@ class KafkaConnection(asyncio.Protocol):
     def close(self) -> None:
         """Close the connection (pending bytes already written are flushed first)."""
         self.closing = True
-        self.pending.clear()
+        self._drop_unread()
         self._finish()
+
+    def _drop_unread(self) -> None:
+        """Forget frames not yet handed to a handler and give their memory back."""
+        self.processor.release(sum(len(f) for f in self.pending) + self.decoder.reserved)
+        self.decoder.reserved = 0
+        self.pending.clear()
 
     def _finish(self) -> None:
         if self.transport is not None:
@@ -171,8 +225,12 @@ class KafkaConnection(asyncio.Protocol):
             self.watched_fd = None
         self.transport = None
         self.peer_closed = True
+        if self.in_flight is not None:
+            self.in_flight.mark_disconnected()
+        self.processor.release(self.decoder.reserved)  # the frame being received never will be
+        self.decoder.reserved = 0
         if self.closing or (self.in_flight is None and not self.pending):
-            self.pending.clear()
+            self._drop_unread()
             self.processor.forget(self)
 
 
@@ -191,8 +249,12 @@ class Processor:
         on_idle: IdleObserver | None = None,
         tls: ServerTls | None = None,
         priority: ControlPlanePriority | None = None,
+        memory_pool: MemoryPool | None = None,
+        sasl_max_receive_size: int = 524288,
     ) -> None:
         self.id = processor_id
+        self.memory_pool = memory_pool
+        self.sasl_max_receive_size = sasl_max_receive_size
         self.tls = tls
         # The control plane's Processor announces its requests; data-plane ones yield to them.
         control = channel.plane == CONTROL_PLANE
@@ -355,9 +417,15 @@ class Processor:
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(self._send_response, response)
 
+    def release(self, size: int) -> None:
+        """Give the memory of a request frame back to the pool."""
+        if self.memory_pool is not None:
+            self.memory_pool.release(size)
+
     def _send_response(self, response: Response) -> None:
         with self._count_lock:
             self.response_queue_size -= 1
+        self.release(len(response.request.frame))
         self.yield_to_control()
         started = time.monotonic_ns()
         conn = self.connections.get(response.request.connection_id)

@@ -7,7 +7,9 @@ queue is full. The control plane (KIP-291) gets its own channel of 20 slots.
 from __future__ import annotations
 
 import queue
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -16,6 +18,7 @@ from broker.metrics.registry import DATA_PLANE
 from protocol.framing import RequestHeader
 
 CONTROL_PLANE_QUEUE_SIZE = 20
+_DISCONNECT_LOCK = threading.Lock()
 
 
 class ResponseSink(Protocol):
@@ -44,6 +47,27 @@ class Request:
     api_local_complete_ns: int = 0
     response_enqueue_ns: int = 0
     response_dequeue_ns: int = 0
+    disconnected: bool = False  # the client closed its connection while this was in flight
+    _on_disconnect: Callable[[], object] | None = None
+
+    def on_disconnect(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` when the client closes the connection while this request is
+        in flight (at once if it already has); a parked Fetch so lets go of it."""
+        with _DISCONNECT_LOCK:
+            if not self.disconnected:
+                self._on_disconnect = callback
+                return
+        callback()
+
+    def mark_disconnected(self) -> None:
+        """The client closed the connection: run the callback registered, if any."""
+        with _DISCONNECT_LOCK:
+            if self.disconnected:
+                return
+            self.disconnected = True
+            callback, self._on_disconnect = self._on_disconnect, None
+        if callback is not None:
+            callback()
 
 
 @dataclass(slots=True, eq=False)

@@ -12,6 +12,7 @@ import structlog
 
 from broker.config.endpoint import EndPoint
 from broker.network.acceptor import Acceptor, bind_listener
+from broker.network.memory_pool import MemoryPool
 from broker.network.plane_priority import ControlPlanePriority
 from broker.network.processor import IdleObserver, Processor, RequestObserver
 from broker.network.request_channel import RequestChannel
@@ -29,6 +30,8 @@ class SocketServerConfig:
     connections_max_idle_ms: int
     socket_send_buffer_bytes: int = -1
     socket_receive_buffer_bytes: int = -1
+    queued_max_request_bytes: int = -1
+    sasl_server_max_receive_size: int = 524288
 
 
 class SocketServer:
@@ -58,6 +61,12 @@ class SocketServer:
         self._on_response_sent = on_response_sent
         self._idle_observer = idle_observer
         self._ids = itertools.count()
+        # Data-plane requests only: the control plane never waits for data-plane memory.
+        self.memory_pool = (
+            MemoryPool(config.queued_max_request_bytes)
+            if config.queued_max_request_bytes > 0
+            else None
+        )
         self.acceptors: dict[str, Acceptor] = {}
         self.processors: dict[str, list[Processor]] = {}
         self.bound: dict[str, EndPoint] = {}
@@ -180,6 +189,8 @@ class SocketServer:
             else None,
             self._tls.get(endpoint.listener_name),
             self._priority,
+            self.memory_pool if channel is self.data_channel else None,
+            self.config.sasl_server_max_receive_size,
         )
 
     def all_processors(self) -> list[Processor]:

@@ -132,7 +132,19 @@ class RequestContext:
         ``close_connection`` the connection closes once the answer is written."""
         if not self._claim():
             return
-        payload = api.encode(body)
+        try:
+            payload = api.encode(body)
+        except Exception as exc:  # a value the schema cannot carry: close, never go silent
+            log.warning(
+                "closing connection: response cannot be encoded",
+                connection=self.request.connection_id,
+                listener=self.listener_name,
+                api=api.API_NAMES.get(self.api_key),
+                api_version=self.api_version,
+                reason=f"{type(exc).__name__}: {exc}",
+            )
+            self._channel.send_response(Response(self.request, None, close_connection=True))
+            return
         prefix = response_frame_prefix(
             self.api_key, self.api_version, self.request.header.correlation_id, len(payload)
         )

@@ -69,7 +69,10 @@ class DelayedFetch(DelayedOperation):
         return False
 
     def on_complete(self) -> None:
-        self.apis.respond(self.ctx, self.specs)
+        if self.ctx.request.disconnected:
+            self.ctx.respond_nothing()  # nobody reads the answer: read no data for it
+        else:
+            self.apis.respond(self.ctx, self.specs)
 
 
 class FetchApis:
@@ -116,10 +119,12 @@ class FetchApis:
         if max_wait_ms <= 0 or int(req.min_bytes) <= 0 or not specs:
             self.respond(ctx, specs)
             return
-        self.purgatory.try_complete_else_watch(
-            DelayedFetch(self, ctx, specs, max_wait_ms),
-            [s.tp for s in specs if s.tp is not None],
-        )
+        delayed = DelayedFetch(self, ctx, specs, max_wait_ms)
+        if not self.purgatory.try_complete_else_watch(
+            delayed, [s.tp for s in specs if s.tp is not None]
+        ):
+            # The client chooses the wait (up to ~24 days): a closed connection ends it.
+            ctx.request.on_disconnect(delayed.force_complete)
 
     def respond(self, ctx: RequestContext, specs: list[FetchPartitionSpec]) -> None:
         """Read every partition now and answer; stored batches go out without a copy."""

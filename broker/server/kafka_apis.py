@@ -66,23 +66,31 @@ class KafkaApis:
             log.warning(
                 "closing connection: malformed request",
                 connection=request.connection_id,
+                listener=request.listener_name,
                 api=api.API_NAMES.get(header.api_key),
                 api_version=header.api_version,
-                error=str(exc),
+                reason=_reason(exc),
             )
             channel.send_response(Response(request, None, close_connection=True))
             return
         ctx = RequestContext(request, body, channel, self.authorizer)
         try:
             self.handlers[header.api_key](ctx)
-        except Exception:
-            log.exception(
-                "handler failed", api=api.API_NAMES.get(header.api_key), version=header.api_version
+        except Exception as exc:
+            log.warning(
+                "request failed",
+                connection=request.connection_id,
+                listener=request.listener_name,
+                api=api.API_NAMES.get(header.api_key),
+                api_version=header.api_version,
+                reason=_reason(exc),
             )
+            log.debug("request failed: traceback", exc_info=exc)
             self._error_response(ctx)
 
     def _error_response(self, ctx: RequestContext) -> None:
-        """UNKNOWN_SERVER_ERROR where the response has a top-level error code, else close."""
+        """UNKNOWN_SERVER_ERROR where the response has a top-level error code, else close
+        (a handler failure ends in an answer or a close, never in silence)."""
         cls = api.response_class(ctx.api_key, ctx.api_version)
         if "error_code" in getattr(cls, "__dataclass_fields__", {}):
             ctx.respond(ctx.make_response(error_code=ErrorCode.unknown_server_error))
@@ -97,3 +105,12 @@ class KafkaApis:
             API_VERSIONS_KEY, 0, request.header.correlation_id, len(payload)
         )
         channel.send_response(Response(request, [prefix, payload]))
+
+
+def _reason(exc: BaseException) -> str:
+    """One line naming an exception and where it was raised (no traceback)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f" at {tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}" if tb else ""
+    return f"{type(exc).__name__}: {exc}{where}"

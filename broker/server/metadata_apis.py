@@ -63,6 +63,17 @@ class MetadataApis:
                 for t in sorted(snapshot.topics)
                 if ctx.authorized(AclOperation.DESCRIBE, AclResourceType.TOPIC, t, False)
             ]
+        elif version < 12 and any(t.name is None for t in requested):
+            # Kafka: "Topic name can not be null for version 10/11"; its error answer could
+            # not carry the null name either, so the connection closes.
+            log.warning(
+                "closing connection: topic by id in Metadata before v12",
+                connection=ctx.request.connection_id,
+                listener=ctx.listener_name,
+                api_version=version,
+            )
+            ctx.close_connection()
+            return
         else:
             wanted = []
             for t in requested:

@@ -1,0 +1,74 @@
+"""The body scan: every schema's valid bodies pass untouched; bad counts, lengths, nulls
+and tags are caught before kio's native decoder sees them."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.fetch.v15.request import FetchRequest
+from kio.static.primitive import Records
+
+from protocol import api
+from protocol.body_scan import MalformedBody, scan, write_uvarint
+
+st.register_type_strategy(Records, st.binary(max_size=64))
+
+CLASSES = [
+    cls
+    for key in api.API_NAMES
+    for version in api.kio_versions(key)
+    for cls in (api.request_class(key, version), api.response_class(key, version))
+]
+
+
+def _passes_and_truncation_fails(cls: type, entity: object) -> None:
+    body = api.encode(entity)
+    assert scan(cls, body, 0) == (body, 0)
+    if body:
+        with pytest.raises(MalformedBody):
+            scan(cls, body[:-1], 0)
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__module__.removeprefix("kio.schema."))
+def test_every_schema_passes_its_zero_body(cls: type) -> None:
+    _passes_and_truncation_fails(cls, api.make(cls))
+
+
+@settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(CLASSES).flatmap(lambda cls: st.tuples(st.just(cls), st.from_type(cls))))
+def test_random_bodies_pass_unchanged(case: tuple[type, object]) -> None:
+    _passes_and_truncation_fails(*case)
+
+
+def test_array_count_beyond_the_bytes_left() -> None:
+    with pytest.raises(MalformedBody, match="cannot fit"):
+        scan(api.request_class(3, 12), b"\xff\xff\xff\xff\x0f", 0)
+
+
+def test_null_where_not_nullable() -> None:
+    cls = api.request_class(19, 5)  # CreateTopics v5: topics is not nullable
+    with pytest.raises(MalformedBody, match="not nullable"):
+        scan(cls, b"\x00" + struct.pack(">i", 1) + b"\x00\x00", 0)
+
+
+def test_unknown_tags_are_dropped_and_known_ones_kept() -> None:
+    body = api.encode(ApiVersionsRequest(client_software_name="a", client_software_version="b"))
+    tagged = body[:-1] + b"\x02\x07\x01x\x09\x00"
+    data, offset = scan(ApiVersionsRequest, tagged, 0)
+    assert data[offset:] == body
+    # a known tag (cluster id, 0) beside an unknown one (5): only the unknown goes
+    section = write_uvarint(2) + b"\x00\x03\x03c1" + b"\x05\x01z"
+    crafted = api.encode(api.make(FetchRequest))[:-1] + section
+    data, offset = scan(FetchRequest, crafted, 0)
+    assert api.decode_request(1, 15, crafted).cluster_id == "c1"
+    assert data[offset:].endswith(b"\x01\x00\x03\x03c1")
+
+
+def test_known_tag_must_fill_its_size() -> None:
+    crafted = api.encode(api.make(FetchRequest))[:-1] + b"\x01\x00\x05\x03c1zz"
+    with pytest.raises(MalformedBody, match="does not fill"):
+        scan(FetchRequest, crafted, 0)
