@@ -391,6 +391,14 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("socket.request.max.bytes", T.INT, 104857600,
               "Largest request frame accepted; larger sizes close the connection.",
               H, RO, at_least(1)),
+    ConfigDef("queued.max.request.bytes", T.LONG, 268435456,
+              "Bytes of requests read but not yet answered, over all connections, before "
+              "processors stop reading new requests (a frame is let in while any room is "
+              "left). -1: no bound, Kafka's default; kplane bounds it at 256 MiB.",
+              M, RO, at_least(-1)),
+    ConfigDef("sasl.server.max.receive.size", T.INT, 524288,
+              "Largest frame accepted before SASL authentication completes; larger sizes "
+              "close the connection.", L, RO, at_least(1)),
     ConfigDef("socket.send.buffer.bytes", T.INT, 102400,
               "SO_SNDBUF of accepted sockets; -1 keeps the OS default.", H, RO),
     ConfigDef("socket.receive.buffer.bytes", T.INT, 102400,

@@ -187,6 +187,8 @@ class KafkaServer:
                 connections_max_idle_ms=int(config.get("connections.max.idle.ms")),
                 socket_send_buffer_bytes=int(config.get("socket.send.buffer.bytes")),
                 socket_receive_buffer_bytes=int(config.get("socket.receive.buffer.bytes")),
+                queued_max_request_bytes=int(config.get("queued.max.request.bytes")),
+                sasl_server_max_receive_size=int(config.get("sasl.server.max.receive.size")),
             ),
             self.data_channel,
             self.control_channel,
