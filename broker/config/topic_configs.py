@@ -150,12 +150,14 @@ BROKER_TO_TOPIC: Mapping[str, str] = {
 ``retention.ms``)."""
 
 
-def validate_topic_configs(configs: Mapping[str, str | None]) -> None:
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
     """Check a topic's config overrides as Kafka's ``LogConfig.validate`` does: known names,
     values of the right type within range, min.compaction.lag.ms <= max.compaction.lag.ms.
+    Returns the checked overrides.
 
     Raises ConfigException naming the offending key.
     """
+    checked: dict[str, str] = {}
     values: dict[str, Any] = {}
     for key, raw in configs.items():
         definition = TOPIC_CONFIGS.get(key)
@@ -164,6 +166,7 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> None:
         if raw is None:
             raise ConfigException(f"Null value not supported for topic configs: {key}", name=key)
         values[key] = definition.parse(raw)
+        checked[key] = raw
     low, high = values.get("min.compaction.lag.ms"), values.get("max.compaction.lag.ms")
     if low is not None and high is not None and low > high:
         raise ConfigException(
@@ -171,3 +174,4 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> None:
             f"max.compaction.lag.ms ({high})",
             name="min.compaction.lag.ms",
         )
+    return checked

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import structlog
 
+from broker.config.errors import ConfigException
+from broker.config.topic_configs import validate_topic_configs
 from broker.metadata.cache import MetadataCache
 from broker.metadata.kafka_store import KafkaMetadataClient, TopicAssignment
 from broker.metadata.store import NodeExistsError
@@ -21,6 +23,23 @@ log = structlog.get_logger(__name__)
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_PARTITIONS_PER_REQUEST = 10_000
+"""Kafka's ``ReplicationControlManager.MAX_PARTITIONS_PER_BATCH``: the most partitions one
+CreateTopics or CreatePartitions request may make."""
+
+Assignments = Sequence[tuple[int, Sequence[int]]]
+"""Replica assignments as sent: (partition index, broker ids) pairs."""
+
+
+def excessive_partitions(counts: Iterable[int]) -> KafkaError | None:
+    """Why a request whose topics would make ``counts`` partitions is refused as a whole:
+    POLICY_VIOLATION over MAX_PARTITIONS_PER_REQUEST, as Kafka's controller, decided
+    before any replica assignment is computed. None when within the bound."""
+    if sum(counts) <= MAX_PARTITIONS_PER_REQUEST:
+        return None
+    return KafkaError(
+        ErrorCode.policy_violation, "Excessively large number of partitions per request."
+    )
 
 
 def validate_topic_name(name: str) -> None:
@@ -62,17 +81,30 @@ class AdminManager:
         self.cache = cache
         self.defaults = defaults
 
+    def requested_partitions(self, num_partitions: int, assignments: int) -> int:
+        """Partitions a creation asks for, as Kafka counts them against the per-request bound:
+        its assignments, else ``num_partitions`` (the default for -1, none when invalid)."""
+        if assignments:
+            return assignments
+        if num_partitions == -1:
+            return self.defaults.num_partitions
+        return max(num_partitions, 0)
+
     def create_topic(
         self,
         name: str,
         num_partitions: int = -1,
         replication_factor: int = -1,
-        assignments: dict[int, Sequence[int]] | None = None,
-        configs: dict[str, str] | None = None,
+        assignments: Assignments = (),
+        configs: Mapping[str, str | None] | None = None,
         validate_only: bool = False,
     ) -> TopicAssignment:
         """Create ``name``; raises KafkaError with Kafka's code and message on refusal."""
         validate_topic_name(name)
+        try:
+            checked_configs = validate_topic_configs(configs or {})
+        except ConfigException as exc:
+            raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
         live = sorted(self.cache.snapshot.brokers)
         if assignments:
             if num_partitions != -1 or replication_factor != -1:
@@ -83,19 +115,20 @@ class AdminManager:
                 )
             partitions = self._checked_assignment(assignments, live)
         else:
+            if replication_factor < -1 or replication_factor == 0:
+                raise KafkaError(
+                    ErrorCode.invalid_replication_factor,
+                    "Replication factor must be larger than 0, or -1 to use the default value.",
+                )
+            if num_partitions < -1 or num_partitions == 0:
+                raise KafkaError(
+                    ErrorCode.invalid_partitions,
+                    "Number of partitions was set to an invalid non-positive value.",
+                )
             count = self.defaults.num_partitions if num_partitions == -1 else num_partitions
             factor = (
                 self.defaults.replication_factor if replication_factor == -1 else replication_factor
             )
-            if count <= 0:
-                raise KafkaError(
-                    ErrorCode.invalid_partitions, "Number of partitions must be larger than 0."
-                )
-            if factor <= 0:
-                raise KafkaError(
-                    ErrorCode.invalid_replication_factor,
-                    "Replication factor must be larger than 0.",
-                )
             if factor > len(live):
                 raise KafkaError(
                     ErrorCode.invalid_replication_factor,
@@ -108,7 +141,7 @@ class AdminManager:
         if validate_only:
             return assignment
         try:
-            self.client.create_topic(name, assignment, dict(configs or {}))
+            self.client.create_topic(name, assignment, checked_configs)
         except NodeExistsError:
             raise KafkaError(
                 ErrorCode.topic_already_exists, f"Topic '{name}' already exists."
@@ -125,21 +158,32 @@ class AdminManager:
         return {b.broker_id: b.rack for b in self.cache.snapshot.brokers.values()}
 
     def _checked_assignment(
-        self, assignments: Mapping[int, Sequence[int]], live: list[int]
+        self, assignments: Assignments, live: list[int]
     ) -> dict[int, tuple[int, ...]]:
-        indexes = sorted(assignments)
-        if indexes != list(range(len(indexes))):
+        partitions: dict[int, tuple[int, ...]] = {}
+        for index, replicas in assignments:
+            if index in partitions:
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Found multiple manual partition assignments for partition {index}",
+                )
+            if not replicas:
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment,
+                    "The manual partition assignment includes an empty replica list.",
+                )
+            partitions[index] = tuple(replicas)
+        if sorted(partitions) != list(range(len(partitions))):
             raise KafkaError(
                 ErrorCode.invalid_replica_assignment,
                 "Partitions should be a consecutive 0-based integer sequence",
             )
-        factors = {len(r) for r in assignments.values()}
-        if len(factors) != 1:
+        if len({len(r) for r in partitions.values()}) != 1:
             raise KafkaError(
                 ErrorCode.invalid_replica_assignment,
                 "All partitions should have the same number of replicas",
             )
-        for replicas in assignments.values():
+        for replicas in partitions.values():
             if len(set(replicas)) != len(replicas):
                 raise KafkaError(
                     ErrorCode.invalid_replica_assignment, "Duplicate replica assignment found"
@@ -150,7 +194,7 @@ class AdminManager:
                     ErrorCode.broker_not_available,
                     f"Unknown broker(s) in replica assignment: {unknown}",
                 )
-        return {p: tuple(assignments[p]) for p in indexes}
+        return dict(sorted(partitions.items()))
 
     def delete_topic(self, name: str) -> uuid.UUID:
         """Delete ``name``; returns its id."""
@@ -163,6 +207,21 @@ class AdminManager:
         self.client.delete_topic(name)
         return topic.topic_id
 
+    def added_partitions(self, name: str, count: int) -> int:
+        """Partitions a CreatePartitions entry would add (none for an unknown topic)."""
+        topic = self.cache.topic(name)
+        return max(count - len(topic.partitions), 0) if topic is not None else 0
+
+    def _assignment(self, name: str) -> TopicAssignment:
+        """The stored assignment of an existing topic; UNKNOWN_TOPIC_OR_PARTITION otherwise
+        (the cache is asked first: it only knows valid names)."""
+        current = self.client.get_assignment(name) if self.cache.topic(name) else None
+        if current is None:
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist."
+            )
+        return current
+
     def create_partitions(
         self,
         name: str,
@@ -171,11 +230,7 @@ class AdminManager:
         validate_only: bool,
     ) -> None:
         """Grow ``name`` to ``count`` partitions."""
-        current = self.client.get_assignment(name)
-        if current is None or self.cache.topic(name) is None:
-            raise KafkaError(
-                ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist."
-            )
+        current = self._assignment(name)
         existing = len(current.partitions)
         if count < existing:
             raise KafkaError(
@@ -197,9 +252,7 @@ class AdminManager:
                     f"{len(assignments)} assignments provided.",
                 )
             added = self._checked_assignment(
-                {existing + i: list(a) for i, a in enumerate(assignments)}
-                | {p: list(r) for p, r in current.partitions.items()},
-                live,
+                [*current.partitions.items(), *enumerate(assignments, start=existing)], live
             )
         else:
             if factor > len(live):

@@ -24,7 +24,12 @@ from broker.config.topic_configs import TOPIC_CONFIGS, validate_topic_configs
 from broker.metadata.cache import MetadataCache
 from broker.metadata.kafka_store import KafkaMetadataClient
 from broker.security.acl import AclOperation, AclResourceType
-from broker.server.config_describer import ConfigDescriber, ConfigEntry
+from broker.server.config_describer import (
+    ConfigDescriber,
+    ConfigEntry,
+    default_text,
+    topic_default,
+)
 from broker.server.context import Handler, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 
@@ -191,13 +196,7 @@ class ConfigApis:
                         ErrorCode.invalid_request,
                         f"Error due to duplicate config keys: {c.name}",
                     )
-                apply_op(
-                    out,
-                    c.name,
-                    OpType(int(c.config_operation)),
-                    c.value,
-                    int(resource.resource_type),
-                )
+                apply_op(out, c.name, int(c.config_operation), c.value, int(resource.resource_type))
             return out
 
         self._alter(ctx, new_configs)
@@ -206,10 +205,15 @@ class ConfigApis:
         self, ctx: RequestContext, new_configs: Callable[[dict[str, str], Any], dict[str, str]]
     ) -> None:
         validate_only = bool(ctx.body.validate_only)
+        ids = [(int(r.resource_type), r.resource_name) for r in ctx.body.resources]
         responses = []
         for resource in ctx.body.resources:
             rtype, name = int(resource.resource_type), resource.resource_name
             try:
+                if ids.count((rtype, name)) > 1:
+                    raise KafkaError(
+                        ErrorCode.invalid_request, "Each resource must appear at most once."
+                    )
                 self._alter_resource(ctx, rtype, name, resource, new_configs, validate_only)
                 error, message = ErrorCode.none, None
             except KafkaError as exc:
@@ -258,7 +262,7 @@ class ConfigApis:
         if rtype == ResourceType.BROKER:
             if not ctx.authorized(AclOperation.ALTER_CONFIGS, AclResourceType.CLUSTER):
                 raise KafkaError(ErrorCode.cluster_authorization_failed, None)
-            if name and not name.isdigit():
+            if name and not (name.isascii() and name.isdigit()):
                 raise KafkaError(ErrorCode.invalid_request, f"Invalid broker id {name}")
             entity = name or DEFAULT_ENTITY
             configs = new_configs(self.dynamic.entity_configs(entity), resource)
@@ -293,33 +297,41 @@ class ConfigApis:
             raise KafkaError(ErrorCode.policy_violation, str(exc) or type(exc).__name__) from exc
 
 
-def apply_op(configs: dict[str, str], name: str, op: OpType, value: str | None, rtype: int) -> None:
-    """One IncrementalAlterConfigs operation on an entity's configs."""
-    if op is OpType.DELETE:
+def apply_op(configs: dict[str, str], name: str, op: int, value: str | None, rtype: int) -> None:
+    """One IncrementalAlterConfigs operation on an entity's configs (Kafka's
+    ``prepareIncrementalConfigs``): APPEND and SUBTRACT start from the current value, else
+    the config's default."""
+    try:
+        kind = OpType(op)
+    except ValueError:
+        raise KafkaError(ErrorCode.invalid_request, f"Unknown operations type {op}") from None
+    if kind is OpType.DELETE:
         configs.pop(name, None)
         return
     if value is None:
         raise KafkaError(ErrorCode.invalid_request, f"Null value not supported for : {name}")
-    if op is OpType.SET:
+    if kind is OpType.SET:
         configs[name] = value
         return
-    definition = (
-        TOPIC_CONFIGS.get(name) if rtype == ResourceType.TOPIC else CONFIGS.get(base_name(name))
-    )
-    if definition is None or definition.type is not ConfigType.LIST:
+    verb = "append" if kind is OpType.APPEND else "subtract"
+    if rtype == ResourceType.TOPIC:
+        topic_definition = TOPIC_CONFIGS.get(name)
+        if topic_definition is None:
+            raise KafkaError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
+        ctype, default = topic_definition.type, topic_default(topic_definition)
+    else:
+        definition = CONFIGS.get(base_name(name))
+        if definition is None:
+            raise KafkaError(ErrorCode.invalid_config, f"Unknown config name: {name}")
+        ctype, default = definition.type, default_text(definition)
+    if ctype is not ConfigType.LIST:
         raise KafkaError(
-            ErrorCode.invalid_config,
-            f"Config value append is not allowed for config key: {name}"
-            if op is OpType.APPEND
-            else f"Config value subtract is not allowed for config key: {name}",
+            ErrorCode.invalid_config, f"Config value {verb} is not allowed for config key: {name}"
         )
-    current = configs.get(name)
-    if current is None:
-        default = getattr(definition, "default", None)
-        current = ",".join(default) if isinstance(default, list) else (default or "")
+    current = configs.get(name, default) or ""
     items = [v for v in current.split(",") if v]
     changes = [v.strip() for v in value.split(",") if v.strip()]
-    if op is OpType.APPEND:
+    if kind is OpType.APPEND:
         items += [v for v in changes if v not in items]
     else:
         items = [v for v in items if v not in changes]

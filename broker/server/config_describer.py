@@ -14,7 +14,7 @@ from enum import IntEnum
 from broker.config.definitions import CONFIG_DEFS, CONFIGS, LISTENER_PREFIX, ConfigDef, DynamicScope
 from broker.config.dynamic_config import DynamicBrokerConfig, base_name, is_password
 from broker.config.synonyms import broker_synonyms
-from broker.config.topic_configs import TOPIC_CONFIGS
+from broker.config.topic_configs import TOPIC_CONFIGS, TopicConfigDef
 
 
 class ConfigSource(IntEnum):
@@ -59,6 +59,17 @@ def default_text(definition: ConfigDef) -> str | None:
     if isinstance(value, list | tuple):
         return ",".join(str(v) for v in value)
     return str(value)
+
+
+def topic_default(definition: TopicConfigDef) -> str | None:
+    """A topic config's default as Kafka's ``LogConfig`` has it: the default of the broker
+    config it follows, in the topic config's unit (``retention.ms`` of ``log.retention.hours``)."""
+    for name in definition.broker_synonyms:
+        broker = CONFIGS.get(name)
+        text = default_text(broker) if broker is not None else None
+        if text is not None:
+            return definition.from_broker_value(name, text)
+    return None
 
 
 class ConfigDescriber:

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker.metadata.cache import MetadataCache
 from broker.security.acl import AclOperation, AclResourceType
-from broker.server.admin_manager import AdminManager
+from broker.server.admin_manager import AdminManager, excessive_partitions
 from broker.server.context import Handler, RequestContext
 from protocol.errors import ErrorCode, KafkaError
 
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 CREATE_PARTITIONS = 37
+ZERO_UUID = uuid.UUID(int=0)
 
 
 class TopicApis:
@@ -39,10 +41,16 @@ class TopicApis:
         cluster_create = ctx.authorized(
             AclOperation.CREATE, AclResourceType.CLUSTER, log_denied=False
         )
+        too_big = excessive_partitions(
+            self.admin.requested_partitions(int(t.num_partitions), len(t.assignments))
+            for t in req.topics
+        )
         results = []
         for topic in req.topics:
             values: dict[str, Any] = {"name": topic.name, "configs": None}
             try:
+                if too_big is not None:
+                    raise too_big
                 if names.count(topic.name) > 1:
                     raise KafkaError(
                         ErrorCode.invalid_request,
@@ -52,12 +60,12 @@ class TopicApis:
                     AclOperation.CREATE, AclResourceType.TOPIC, topic.name
                 ):
                     raise KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
-                configs = {c.name: c.value for c in topic.configs if c.value is not None}
+                configs = {c.name: c.value for c in topic.configs}
                 assignment = self.admin.create_topic(
                     topic.name,
                     int(topic.num_partitions),
                     int(topic.replication_factor),
-                    {int(a.partition_index): list(a.broker_ids) for a in topic.assignments},
+                    [(int(a.partition_index), list(a.broker_ids)) for a in topic.assignments],
                     configs,
                     validate_only=bool(req.validate_only),
                 )
@@ -99,8 +107,6 @@ class TopicApis:
             wanted = [(name, None) for name in req.topic_names]
         results = []
         for name, topic_id in wanted:
-            if name is None and topic_id is not None:
-                name = self.cache.topic_name(topic_id)
             error, message = ErrorCode.none, None
             try:
                 if not self._delete_enabled():
@@ -108,6 +114,9 @@ class TopicApis:
                         ErrorCode.topic_deletion_disabled,
                         "Topic deletion is disabled (delete.topic.enable=false).",
                     )
+                _check_name_or_id(name, topic_id, wanted)
+                if name is None and topic_id is not None:
+                    name = self.cache.topic_name(topic_id)
                 if name is None:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} not found")
                 if not ctx.authorized(AclOperation.DELETE, AclResourceType.TOPIC, name):
@@ -128,10 +137,18 @@ class TopicApis:
 
     def handle_create_partitions(self, ctx: RequestContext) -> None:
         req = ctx.body
+        names = [t.name for t in req.topics]
+        too_big = excessive_partitions(
+            self.admin.added_partitions(t.name, int(t.count)) for t in req.topics
+        )
         results = []
         for topic in req.topics:
             error, message = ErrorCode.none, None
             try:
+                if too_big is not None:
+                    raise too_big
+                if names.count(topic.name) > 1:
+                    raise KafkaError(ErrorCode.invalid_request, "Duplicate topic in request.")
                 if not ctx.authorized(AclOperation.ALTER, AclResourceType.TOPIC, topic.name):
                     raise KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
                 assignments = (
@@ -153,3 +170,21 @@ class TopicApis:
                 )
             )
         ctx.respond(ctx.make_response(results=tuple(results)))
+
+
+def _check_name_or_id(
+    name: str | None, topic_id: uuid.UUID | None, wanted: list[tuple[str | None, uuid.UUID | None]]
+) -> None:
+    """A DeleteTopics entry names its topic by name or by id, once (Kafka's ControllerApis)."""
+    has_id = topic_id is not None and topic_id != ZERO_UUID
+    if name is None and not has_id:
+        raise KafkaError(ErrorCode.invalid_request, "Neither topic name nor id were specified.")
+    if name is not None and has_id:
+        raise KafkaError(
+            ErrorCode.invalid_request, "You may not specify both topic name and topic id."
+        )
+    if wanted.count((name, topic_id)) > 1:
+        raise KafkaError(
+            ErrorCode.invalid_request,
+            "Duplicate topic name." if name is not None else "Duplicate topic id.",
+        )
