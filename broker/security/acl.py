@@ -9,11 +9,14 @@ ZooKeeper: ``/kafka-acl/<Type>/<name>`` for literal patterns and
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from enum import IntEnum
 
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
+# What ZooKeeper refuses in a node name (PathUtils.validatePath), "/" included.
+_NOT_IN_NODE_NAME = re.compile(r"[/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
 
 
 class AclResourceType(IntEnum):
@@ -105,6 +108,11 @@ class AclBinding:
             return "Permission type must be ALLOW or DENY"
         if not self.resource_name:
             return "Resource name must not be empty"
+        if self.resource_name in (".", "..") or _NOT_IN_NODE_NAME.search(self.resource_name):
+            return (
+                f"Resource name {self.resource_name!r} cannot be stored: it is not a valid "
+                "ZooKeeper node name"
+            )
         if ":" not in self.principal:
             return f"Could not parse principal from `{self.principal}` (no colon is found)"
         if self.resource_type is AclResourceType.CLUSTER and self.resource_name != CLUSTER_NAME:

@@ -178,6 +178,21 @@ class ControllerApis:
     # UpdateMetadata ------------------------------------------------------------------
     def handle_update_metadata(self, ctx: RequestContext) -> None:
         body = ctx.body
+        if any(
+            not getattr(e, "listener", "") and int(e.security_protocol) not in _PROTOCOL_CODES
+            for b in body.live_brokers
+            for e in getattr(b, "endpoints", ())
+        ):
+            # Kafka cannot name the listener of such an endpoint: the request does not
+            # parse there, and the connection closes.
+            log.warning(
+                "closing connection: malformed request",
+                api=api.API_NAMES.get(ctx.api_key),
+                api_version=ctx.api_version,
+                error="an endpoint without a listener name has an unknown security protocol",
+            )
+            ctx.close_connection()
+            return
 
         def update() -> Mapping[TopicPartition, ErrorCode]:
             self.replica_manager.check_controller_epoch(int(body.controller_epoch))
@@ -228,14 +243,16 @@ class ControllerApis:
     @staticmethod
     def _registration(broker: Any) -> BrokerRegistration:
         if hasattr(broker, "endpoints"):
+            # An endpoint of a protocol unknown here is left out; Kafka keeps it without one.
             endpoints = tuple(
                 EndPoint(
-                    getattr(e, "listener", "") or _PROTOCOL_CODES[int(e.security_protocol)],
+                    getattr(e, "listener", "") or protocol,
                     e.host,
                     int(e.port),
-                    SecurityProtocol(_PROTOCOL_CODES[int(e.security_protocol)]),
+                    SecurityProtocol(protocol),
                 )
                 for e in broker.endpoints
+                if (protocol := _PROTOCOL_CODES.get(int(e.security_protocol))) is not None
             )
         else:  # v0: one PLAINTEXT endpoint
             endpoints = (

@@ -11,7 +11,6 @@ from broker.security.acl import AclOperation, AclResourceType
 from broker.security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
-    MIN_SALT_BYTES,
     ScramCredential,
     ScramCredentialStore,
     ScramMechanismType,
@@ -159,10 +158,6 @@ class ScramApis:
         if iterations > MAX_ITERATIONS:
             return ErrorCode.unacceptable_credential, (
                 f"Too many iterations: at most {MAX_ITERATIONS}"
-            )
-        if len(getattr(change, "salt", b"")) < MIN_SALT_BYTES:
-            return ErrorCode.unacceptable_credential, (
-                f"Salt must be at least {MIN_SALT_BYTES} bytes"
             )
         if not getattr(change, "salted_password", b""):
             return ErrorCode.unacceptable_credential, "Salted password must not be empty"

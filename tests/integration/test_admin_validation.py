@@ -16,12 +16,19 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     NewTopic,
+    ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
 )
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KpNewTopic
@@ -31,6 +38,7 @@ from structlog.testing import capture_logs
 from broker.testing.plugin import RunningBroker
 from protocol import api
 from protocol.errors import ErrorCode
+from tests.integration.helpers import numbered_round_trip
 
 TIMEOUT = datetime.timedelta(seconds=10)
 EXCESSIVE = "Excessively large number of partitions per request."
@@ -332,4 +340,202 @@ def test_config_changes_with_odd_values(broker: RunningBroker, quiet_logs) -> No
     assert _errors(altered.responses) == [
         (ErrorCode.invalid_config, "Unknown topic config name: dummy.doesntexist")
     ]
+    _still_serves(broker)
+
+
+# ACLs ------------------------------------------------------------------------------------
+@pytest.fixture
+def acl_broker(broker_factory) -> RunningBroker:
+    return broker_factory(
+        {
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "allow.everyone.if.no.acl.found": "true",
+        }
+    )
+
+
+def test_acls_with_odd_values(acl_broker: RunningBroker, quiet_logs) -> None:
+    def creation(name: str, resource_type: int = 2, **values: Any) -> Any:
+        fields = dict(
+            resource_type=resource_type,
+            resource_name=name,
+            resource_pattern_type=3,
+            principal="User:x",
+            host="*",
+            operation=3,
+            permission_type=3,
+        )
+        return _nested(30, 3, "AclCreation", **(fields | values))
+
+    creations = (
+        creation("a/b"),
+        creation(".."),
+        creation("t", resource_type=99),
+        creation("t", resource_pattern_type=-3),
+        creation("t", operation=77),
+        creation("t", permission_type=-1),
+        creation("t", principal=""),
+        creation(""),
+        creation("fine"),
+    )
+    with acl_broker.wire() as client:
+        created = client.request(_request(30, 3, creations=creations)).results
+        codes = [r.error_code for r in created]
+        assert codes == [ErrorCode.invalid_request] * 8 + [ErrorCode.none]
+        odd_filter = dict(
+            resource_type_filter=99,
+            resource_name_filter=None,
+            pattern_type_filter=50,
+            principal_filter=None,
+            host_filter=None,
+            operation=-9,
+            permission_type=9,
+        )
+        described = client.request(_request(29, 3, **odd_filter))
+        assert described.error_code == ErrorCode.invalid_request
+        deleted = client.request(
+            _request(31, 3, filters=(_nested(31, 3, "DeleteAclsFilter", **odd_filter),))
+        )
+        assert [r.error_code for r in deleted.filter_results] == [ErrorCode.invalid_request]
+    # Only the valid ACL was stored, and clients still list it.
+    admin = AdminClient({"bootstrap.servers": acl_broker.bootstrap()})
+    bindings = admin.describe_acls(
+        AclBindingFilter(
+            ResourceType.ANY,
+            None,
+            ResourcePatternType.ANY,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        ),
+        request_timeout=10,
+    ).result(timeout=30)
+    assert [b.name for b in bindings] == ["fine"]
+
+
+# SCRAM ---------------------------------------------------------------------------------------
+@pytest.fixture
+def scram_broker(broker_factory) -> RunningBroker:
+    return broker_factory(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+        }
+    )
+
+
+def _upsertion(name: str, mechanism: int, iterations: int, salt: bytes) -> Any:
+    return _nested(
+        51,
+        0,
+        "ScramCredentialUpsertion",
+        name=name,
+        mechanism=mechanism,
+        iterations=iterations,
+        salt=salt,
+        salted_password=b"p" * 32,
+    )
+
+
+def test_scram_credentials_as_kafka_accepts_them(scram_broker: RunningBroker, quiet_logs) -> None:
+    admin = AdminClient({"bootstrap.servers": scram_broker.bootstrap("PLAINTEXT")})
+    # A short salt, as client libraries' own tests send (Kafka has no bound on it).
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    upsertion = UserScramCredentialUpsertion("salty", info, b"salty-secret", b"salt")
+    admin.alter_user_scram_credentials([upsertion])["salty"].result(timeout=30)
+    config = {
+        "bootstrap.servers": scram_broker.bootstrap("SASL_PLAINTEXT"),
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "salty",
+        "sasl.password": "salty-secret",
+    }
+    assert numbered_round_trip(config, "salted", 5) == [b"rt-%d" % i for i in range(5)]
+
+    upsertions = (
+        _upsertion("no-salt", 1, 4096, b""),
+        _upsertion("a/b", 1, 4096, b"s"),
+        _upsertion("..", 2, 8192, b"s"),
+        _upsertion("few", 1, 4095, b"s"),
+        _upsertion("many", 1, 16385, b"s"),
+        _upsertion("mechanism", 9, 4096, b"s"),
+        _upsertion("", 1, 4096, b"s"),
+        _upsertion("twice", 1, 4096, b"s"),
+        _upsertion("twice", 1, 4096, b"s"),
+    )
+    with scram_broker.wire("PLAINTEXT") as client:
+        results = client.request(_request(51, 0, deletions=(), upsertions=upsertions)).results
+    assert {r.user: r.error_code for r in results} == {
+        "no-salt": ErrorCode.none,
+        "a/b": ErrorCode.none,
+        "..": ErrorCode.none,
+        "few": ErrorCode.unacceptable_credential,
+        "many": ErrorCode.unacceptable_credential,
+        "mechanism": ErrorCode.unsupported_sasl_mechanism,
+        "": ErrorCode.unacceptable_credential,
+        "twice": ErrorCode.duplicate_resource,
+    }
+    described = admin.describe_user_scram_credentials().result(timeout=30)
+    assert set(described) == {"salty", "no-salt", "a/b", ".."}
+    # Stored under Kafka's sanitized names, one node each.
+    assert set(scram_broker.server.store.get_children("/config/users")) == {
+        "salty",
+        "no-salt",
+        "a%2Fb",
+        "%2E%2E",
+    }
+
+
+# UpdateMetadata ------------------------------------------------------------------------------
+def _update_metadata(broker: RunningBroker, version: int, protocol: int) -> Any:
+    host, port = broker.address()
+    endpoints = (
+        _nested(
+            6,
+            version,
+            "UpdateMetadataEndpoint",
+            port=port,
+            host=host,
+            listener="PLAINTEXT",
+            security_protocol=0,
+        ),
+        _nested(
+            6,
+            version,
+            "UpdateMetadataEndpoint",
+            port=port + 1,
+            host=host,
+            listener="ODD",
+            security_protocol=protocol,
+        ),
+    )
+    live = _nested(6, version, "UpdateMetadataBroker", id=0, endpoints=endpoints, rack=None)
+    return _request(
+        6,
+        version,
+        controller_id=0,
+        controller_epoch=1,
+        broker_epoch=-1,
+        ungrouped_partition_states=(),
+        topic_states=(),
+        live_brokers=(live,),
+    )
+
+
+def test_update_metadata_with_an_unknown_security_protocol(
+    broker: RunningBroker, quiet_logs
+) -> None:
+    # Without listener names (v1-2) Kafka cannot parse such a request: the connection closes.
+    with broker.wire() as client:
+        client.send(_update_metadata(broker, 2, 99))
+        assert client.is_closed_by_peer()
+    # With listener names the endpoint's listener is known: accepted.
+    with broker.wire() as client:
+        assert client.request(_update_metadata(broker, 7, 99)).error_code == ErrorCode.none
+    metadata = broker.topic_metadata("absent")
+    assert metadata.error_code == ErrorCode.unknown_topic_or_partition
+    with broker.wire() as client:
+        listed = client.request(_request(3, 12, topics=None, allow_auto_topic_creation=False))
+    assert [b.node_id for b in listed.brokers] == [0]
     _still_serves(broker)
