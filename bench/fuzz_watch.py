@@ -1,0 +1,187 @@
+"""The broker under fuzz: started as a ``kplane serve`` child or attached to by pid; its
+liveness, open fds and RSS from ``/proc``, and the error lines of its JSON log."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fuzz_frames import Frame
+
+from broker.tools.serve_process import ServeProcess, json_events, spawn_serve
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SASL_USER, SASL_PASSWORD = "admin", "admin-secret"
+_JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+         f'user_{SASL_USER}="{SASL_PASSWORD}";')
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One look at the broker's resources: fds by sort, and RSS."""
+
+    fds: int
+    sockets: int
+    log_files: int
+    rss_mb: float
+
+    @property
+    def other_fds(self) -> int:
+        """Fds that are not partition-log files (which topics created by the fuzz open)."""
+        return self.fds - self.log_files
+
+
+@dataclass
+class Broker:
+    """A broker's pid, its listeners and the part of its log this run wrote."""
+
+    pid: int
+    log_path: Path
+    log_offset: int
+    listeners: dict[str, tuple[str, int]]
+    log_dir: Path | None = None
+    serve: ServeProcess | None = None
+
+    def alive(self) -> bool:
+        if self.serve is not None:
+            return self.serve.process.poll() is None
+        try:
+            status = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return False
+        return "\nState:\tZ" not in status
+
+    def fd_targets(self) -> Counter[str]:
+        """What the open fds point at: ``socket``, ``pipe``, anon inodes, file paths."""
+        targets: Counter[str] = Counter()
+        fd_dir = Path(f"/proc/{self.pid}/fd")
+        for entry in os.listdir(fd_dir):
+            try:
+                target = os.readlink(fd_dir / entry)
+            except OSError:
+                continue
+            targets[target.split(":[", 1)[0] if ":[" in target else target] += 1
+        return targets
+
+    def usage(self) -> Usage:
+        targets = self.fd_targets()
+        log_dir = str(self.log_dir) if self.log_dir is not None else None
+        fds = sum(targets.values())
+        sockets = targets["socket"]
+        log_files = sum(n for t, n in targets.items() if log_dir and t.startswith(log_dir))
+        rss_kb = 0
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss_kb = int(line.split()[1])
+        return Usage(fds, sockets, log_files, round(rss_kb / 1024, 1))
+
+    def log_text(self) -> str:
+        with self.log_path.open("rb") as log:
+            log.seek(self.log_offset)
+            return log.read().decode("utf-8", errors="replace")
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM (SIGKILL after ``timeout``) a broker this run started; its exit code."""
+        if self.serve is None:
+            return None
+        process = self.serve.process
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        return process.returncode
+
+
+def start_broker(work: Path, sasl: bool, config: str, startup_timeout: float = 60.0) -> Broker:
+    """``kplane serve CONFIG`` on free 127.0.0.1 ports (a SASL_PLAINTEXT listener too with
+    ``sasl``), logs under ``work``; returns once it logged ``started``."""
+    listeners = "PLAINTEXT://127.0.0.1:0"
+    overrides = [f"log.dirs={work / 'data'}"]
+    if sasl:
+        listeners += ",SASL_PLAINTEXT://127.0.0.1:0"
+        overrides += ["sasl.enabled.mechanisms=PLAIN",
+                      f"listener.name.sasl_plaintext.plain.sasl.jaas.config={_JAAS}"]
+    overrides.append(f"listeners={listeners}")
+    serve = spawn_serve(str(REPO_ROOT / config), overrides, work / "broker.log")
+    try:
+        events = serve.wait_started(startup_timeout)
+    except Exception:
+        serve.process.kill()
+        raise
+    bound = {e["listener"]: (e["bind_host"], int(e["port"]))
+             for e in events if e.get("event") == "listener bound"}
+    return Broker(serve.process.pid, serve.log_path, serve.log_offset, bound,
+                  log_dir=(work / "data").resolve(), serve=serve)
+
+
+def attach_broker(listeners: dict[str, tuple[str, int]], log: Path, pid: int) -> Broker:
+    """A running broker; only what its log gains from now on is read."""
+    return Broker(pid, log, log.stat().st_size, listeners)
+
+
+@dataclass
+class LogFindings:
+    """Error-level lines and tracebacks of a log, grouped by ``event|api``."""
+
+    errors: Counter[str] = field(default_factory=Counter)
+    tracebacks: Counter[str] = field(default_factory=Counter)
+    handler_failures: Counter[str] = field(default_factory=Counter)
+    warnings: Counter[str] = field(default_factory=Counter)
+    samples: dict[str, str] = field(default_factory=dict)
+
+
+def scan_log(text: str) -> LogFindings:
+    """Error and critical lines, lines with a traceback (an ``exception`` key, or a raw
+    Python traceback written outside the JSON log), handler failures (``request failed``,
+    answered UNKNOWN_SERVER_ERROR) and warnings by event."""
+    found = LogFindings()
+    for event in json_events(text):
+        group = f"{event.get('event')}|{event.get('api', event.get('api_key', '-'))}"
+        level = event.get("level")
+        if level in ("error", "critical"):
+            found.errors[group] += 1
+        if "exception" in event or "exc_info" in event:
+            found.tracebacks[group] += 1
+            found.samples.setdefault(group, str(event.get("exception", ""))[-2000:])
+        if event.get("event") == "request failed":
+            found.handler_failures[f"{event.get('api')}|{event.get('reason')}"] += 1
+        elif level == "warning":
+            found.warnings[str(event.get("event"))] += 1
+    raw = [line for line in text.splitlines() if not line.startswith("{")]
+    for i, line in enumerate(raw):
+        if line.startswith("Traceback"):
+            last = next((r for r in raw[i + 1:] if r and not r[0].isspace()), "?")
+            group = f"raw traceback|{last[:160]}"
+            found.tracebacks[group] += 1
+            found.samples.setdefault(group, "\n".join(raw[i:i + 60])[-2000:])
+    return found
+
+
+def findings_json(found: LogFindings) -> dict[str, object]:
+    return {
+        "error_lines": sum(found.errors.values()),
+        "errors": dict(found.errors.most_common()),
+        "tracebacks": sum(found.tracebacks.values()),
+        "traceback_groups": dict(found.tracebacks.most_common()),
+        "traceback_samples": found.samples,
+        "handler_failures": dict(found.handler_failures.most_common(30)),
+        "warnings": dict(found.warnings.most_common(30)),
+    }
+
+
+def dump_frames(path: Path, frames: list[tuple[int, Frame]], note: str) -> None:
+    """Write frames (connection, Frame) as JSON lines for a reproduction."""
+    with path.open("w") as out:
+        out.write(json.dumps({"note": note}) + "\n")
+        for conn, frame in frames:
+            out.write(json.dumps({"connection": conn, "kind": frame.kind,
+                                  "api_key": frame.api_key, "api_version": frame.api_version,
+                                  "hex": frame.data.hex()}) + "\n")
