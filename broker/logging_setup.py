@@ -44,3 +44,13 @@ def configure_logging(
     logging.basicConfig(
         level=numeric, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s"
     )
+
+
+def exception_reason(exc: BaseException) -> str:
+    """One line naming an exception and where it was raised: bad input is logged so,
+    never with a traceback (the traceback goes to debug)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f" at {tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}" if tb else ""
+    return f"{type(exc).__name__}: {exc}{where}"

@@ -182,8 +182,9 @@ def _zero_for(hint: Any, kafka_type: str | None) -> Callable[[], Any]:
     origin = typing.get_origin(hint)
     if origin is tuple:
         return tuple
-    if dataclasses.is_dataclass(hint):
-        return lambda: make(hint)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        entity: type[Any] = hint
+        return lambda: make(entity)
     if kafka_type == "string":
         return str
     if kafka_type in ("bytes", "records"):

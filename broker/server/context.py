@@ -10,15 +10,18 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import structlog
 
 from broker.config.endpoint import SecurityProtocol
+from broker.logging_setup import exception_reason
 from broker.network.request_channel import Request, RequestChannel, Response
 from broker.security.acl import CLUSTER_NAME, AclOperation, AclResourceType
 from protocol import api
+from protocol.errors import ErrorCode
 from protocol.framing import response_frame_prefix
 
 if TYPE_CHECKING:
     from broker.security.authorizer import AclAuthorizer
 
 E = TypeVar("E")
+T = TypeVar("T")
 log = structlog.get_logger(__name__)
 
 
@@ -164,6 +167,36 @@ class RequestContext:
         """No response is owed (acks=0 produce); the connection is unmuted."""
         if self._claim():
             self._channel.send_response(Response(self.request, None))
+
+    def fail(self, exc: BaseException) -> None:
+        """A handler failed on this request: one warning line, then UNKNOWN_SERVER_ERROR
+        where the response has a top-level error code, else a close; never silence."""
+        log.warning(
+            "request failed",
+            connection=self.request.connection_id,
+            listener=self.listener_name,
+            api=api.API_NAMES.get(self.api_key),
+            api_version=self.api_version,
+            reason=exception_reason(exc),
+        )
+        log.debug("request failed: traceback", exc_info=exc)
+        cls = api.response_class(self.api_key, self.api_version)
+        if "error_code" in getattr(cls, "__dataclass_fields__", {}):
+            self.respond(self.make_response(error_code=ErrorCode.unknown_server_error))
+        else:
+            self.close_connection()
+
+    def guarded(self, fn: Callable[[T], None]) -> Callable[[T], None]:
+        """``fn`` for a callback that answers this request later (a group coordinator's):
+        should it raise, the request still gets ``fail``'s answer."""
+
+        def run(arg: T) -> None:
+            try:
+                fn(arg)
+            except Exception as exc:
+                self.fail(exc)
+
+        return run
 
     def close_connection(self) -> None:
         """Close the connection without an answer (what Kafka does for some bad requests)."""

@@ -71,8 +71,11 @@ class DelayedFetch(DelayedOperation):
     def on_complete(self) -> None:
         if self.ctx.request.disconnected:
             self.ctx.respond_nothing()  # nobody reads the answer: read no data for it
-        else:
+            return
+        try:
             self.apis.respond(self.ctx, self.specs)
+        except Exception as exc:  # on the timer's or a producer's thread: still answer
+            self.ctx.fail(exc)
 
 
 class FetchApis:

@@ -170,7 +170,7 @@ class GroupApis:
             session_timeout_ms=session_timeout_ms,
             protocol_type=req.protocol_type,
             protocols=[(p.name, p.metadata) for p in req.protocols],
-            callback=done,
+            callback=ctx.guarded(done),
             require_known_member_id=version >= 4,
             supports_skip_assignment=version >= 9,
             reason=getattr(req, "reason", None),
@@ -203,7 +203,7 @@ class GroupApis:
             protocol_type=protocol_type,
             protocol_name=protocol_name,
             assignments={a.member_id: a.assignment for a in req.assignments},
-            callback=done,
+            callback=ctx.guarded(done),
         )
 
     def heartbeat(self, ctx: RequestContext) -> None:
@@ -213,7 +213,7 @@ class GroupApis:
             member_id=req.member_id,
             group_instance_id=getattr(req, "group_instance_id", None),
             generation_id=req.generation_id,
-            callback=lambda error: ctx.respond(ctx.make_response(error_code=error)),
+            callback=ctx.guarded(lambda error: ctx.respond(ctx.make_response(error_code=error))),
         )
 
     def leave_group(self, ctx: RequestContext) -> None:
@@ -318,7 +318,7 @@ class GroupApis:
             group_instance_id=getattr(req, "group_instance_id", None),
             generation_id=req.generation_id_or_member_epoch,
             offsets=offsets,
-            callback=done,
+            callback=ctx.guarded(done),
             retention_ms=_ms(getattr(req, "retention_time", None)),
         )
 

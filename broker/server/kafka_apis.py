@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 
 import structlog
 
+from broker.logging_setup import exception_reason
 from broker.network.request_channel import Request, RequestChannel, Response
 from broker.security.authorizer import AclAuthorizer
 from broker.server.api_versions import api_versions_response
@@ -69,7 +70,7 @@ class KafkaApis:
                 listener=request.listener_name,
                 api=api.API_NAMES.get(header.api_key),
                 api_version=header.api_version,
-                reason=_reason(exc),
+                reason=exception_reason(exc),
             )
             channel.send_response(Response(request, None, close_connection=True))
             return
@@ -77,25 +78,7 @@ class KafkaApis:
         try:
             self.handlers[header.api_key](ctx)
         except Exception as exc:
-            log.warning(
-                "request failed",
-                connection=request.connection_id,
-                listener=request.listener_name,
-                api=api.API_NAMES.get(header.api_key),
-                api_version=header.api_version,
-                reason=_reason(exc),
-            )
-            log.debug("request failed: traceback", exc_info=exc)
-            self._error_response(ctx)
-
-    def _error_response(self, ctx: RequestContext) -> None:
-        """UNKNOWN_SERVER_ERROR where the response has a top-level error code, else close
-        (a handler failure ends in an answer or a close, never in silence)."""
-        cls = api.response_class(ctx.api_key, ctx.api_version)
-        if "error_code" in getattr(cls, "__dataclass_fields__", {}):
-            ctx.respond(ctx.make_response(error_code=ErrorCode.unknown_server_error))
-        else:
-            ctx.close_connection()
+            ctx.fail(exc)
 
     def _unsupported_api_versions(self, request: Request, channel: RequestChannel) -> None:
         """Kafka answers an unknown ApiVersions version with a v0 response and error 35."""
@@ -106,11 +89,3 @@ class KafkaApis:
         )
         channel.send_response(Response(request, [prefix, payload]))
 
-
-def _reason(exc: BaseException) -> str:
-    """One line naming an exception and where it was raised (no traceback)."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    where = f" at {tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}" if tb else ""
-    return f"{type(exc).__name__}: {exc}{where}"

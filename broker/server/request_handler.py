@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 import structlog
 
+from broker.logging_setup import exception_reason
 from broker.network.plane_priority import ControlPlanePriority
-from broker.network.request_channel import SHUTDOWN, Request, RequestChannel
+from broker.network.request_channel import SHUTDOWN, Request, RequestChannel, Response
 
 log = structlog.get_logger(__name__)
 
@@ -95,8 +96,15 @@ class RequestHandlerPool:
                     priority.yield_to_control()  # data plane: a control request goes first
                 try:
                     self._handle(item)
-                except Exception:
-                    log.exception("request handler failed", api_key=item.header.api_key)
+                except Exception as exc:  # past KafkaApis' own answer: close, never silence
+                    log.warning(
+                        "closing connection: request handler failed",
+                        connection=item.connection_id,
+                        api_key=item.header.api_key,
+                        reason=exception_reason(exc),
+                    )
+                    log.debug("request handler failed: traceback", exc_info=exc)
+                    self.channel.send_response(Response(item, None, close_connection=True))
                 item.api_local_complete_ns = time.monotonic_ns()
             if self._on_idle is not None:
                 self._on_idle(idle, idle + time.monotonic_ns() - busy_start)
