@@ -22,7 +22,6 @@ from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
 from broker.config.password_encoder import PasswordDecodeError, PasswordEncoder, reencode
 from broker.config.synonyms import dynamic_synonym
-from broker.metadata.kafka_store import KafkaMetadataClient
 
 log = structlog.get_logger(__name__)
 
@@ -64,10 +63,19 @@ def is_password(key: str) -> bool:
     return definition is not None and definition.type is ConfigType.PASSWORD
 
 
+class EntityConfigStore(Protocol):
+    """Where dynamic configs are kept: the metadata store's ``/config/<type>/<name>``
+    (``broker.metadata.kafka_store.KafkaMetadataClient``)."""
+
+    def get_entity_config(self, entity_type: str, name: str) -> dict[str, str]: ...
+
+    def set_entity_config(self, entity_type: str, name: str, configs: dict[str, str]) -> None: ...
+
+
 class DynamicBrokerConfig:
     """The layered config of one broker, and the mechanism that changes it at runtime."""
 
-    def __init__(self, static: KafkaConfig, client: KafkaMetadataClient) -> None:
+    def __init__(self, static: KafkaConfig, client: EntityConfigStore) -> None:
         self.static = static
         self.broker_id = static.broker_id
         self.client = client

@@ -25,8 +25,8 @@ from broker.metrics.registry import CONTROL_PLANE
 from broker.network.memory_pool import MemoryPool
 from broker.network.plane_priority import ControlPlanePriority
 from broker.network.request_channel import Request, RequestChannel, Response
-from broker.network.tls import ANONYMOUS, ServerTls
-from broker.security.principal_mapping import NoMatchingRuleError
+from broker.network.tls import ServerTls
+from broker.security.principal_mapping import ANONYMOUS, NoMatchingRuleError
 from broker.security.sasl import PRE_AUTH_APIS, SASL_PROTOCOLS, SaslSession
 from protocol.framing import FrameDecoder, FrameTooLarge, InvalidRequestHeader, parse_request_header
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+ANONYMOUS = "User:ANONYMOUS"
+"""Kafka's KafkaPrincipal.ANONYMOUS: a client that did not authenticate."""
 DEFAULT_RULES = "DEFAULT"
 _DIGITS = frozenset("0123456789")
 

@@ -14,8 +14,8 @@ from broker.config.definitions import Password
 from broker.config.endpoint import SecurityProtocol
 from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
-from broker.network.tls import ANONYMOUS
 from broker.security.jaas import JaasError, LoginModule, parse_jaas_config
+from broker.security.principal_mapping import ANONYMOUS
 from broker.security.sasl_server import PlainServer, SaslServer
 from broker.security.scram import SCRAM_MECHANISMS, ScramCredentialStore, ScramServer
 

@@ -5,7 +5,6 @@ It writes to the metadata store only; the controller reacts to what it wrote.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,11 +17,10 @@ from broker.metadata.cache import MetadataCache
 from broker.metadata.kafka_store import KafkaMetadataClient, TopicAssignment
 from broker.metadata.store import NodeExistsError
 from protocol.errors import ErrorCode, KafkaError
+from protocol.topic_names import validate_topic_name
 
 log = structlog.get_logger(__name__)
 
-MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_PARTITIONS_PER_REQUEST = 10_000
 """Kafka's ``ReplicationControlManager.MAX_PARTITIONS_PER_BATCH``: the most partitions one
 CreateTopics or CreatePartitions request may make."""
@@ -40,27 +38,6 @@ def excessive_partitions(counts: Iterable[int]) -> KafkaError | None:
     return KafkaError(
         ErrorCode.policy_violation, "Excessively large number of partitions per request."
     )
-
-
-def validate_topic_name(name: str) -> None:
-    """Kafka's topic name rules; raises KafkaError(INVALID_TOPIC_EXCEPTION)."""
-    if not name:
-        raise KafkaError(
-            ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty"
-        )
-    if name in (".", ".."):
-        raise KafkaError(ErrorCode.invalid_topic_exception, 'Topic name cannot be "." or ".."')
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise KafkaError(
-            ErrorCode.invalid_topic_exception,
-            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters",
-        )
-    if not _LEGAL.match(name):
-        raise KafkaError(
-            ErrorCode.invalid_topic_exception,
-            f'Topic name "{name}" is illegal, it contains a character other than '
-            "ASCII alphanumerics, '.', '_' and '-'",
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,10 @@ import structlog
 
 from broker.metadata.cache import MetadataCache, TopicInfo
 from broker.security.acl import AclOperation, AclResourceType
-from broker.server.admin_manager import AdminManager, validate_topic_name
+from broker.server.admin_manager import AdminManager
 from broker.server.context import Handler, RequestContext
 from protocol.errors import ErrorCode, KafkaError
+from protocol.topic_names import validate_topic_name
 
 log = structlog.get_logger(__name__)
 

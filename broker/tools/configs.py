@@ -33,7 +33,6 @@ from broker.client.admin import (
 )
 from broker.client.config import ClientConfig
 from broker.client.kafka_client import METADATA, KafkaClient
-from broker.server.admin_manager import validate_topic_name
 from broker.tools.admin_session import (
     UsageError,
     add_connection_args,
@@ -43,6 +42,7 @@ from broker.tools.admin_session import (
 )
 from protocol import api
 from protocol.errors import KafkaError
+from protocol.topic_names import validate_topic_name
 
 BROKERS = "brokers"
 TOPICS = "topics"
