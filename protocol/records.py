@@ -5,9 +5,9 @@ Sans-IO: this module only transforms bytes.
 The broker's hot path never decodes individual records. A produced buffer is
 checked with :func:`scan_batches`, which reads only each batch's fixed 61-byte
 header and computes one CRC-32C per batch over a ``memoryview`` slice (no copy
-of the payload). :func:`assign_offsets` then patches base offsets (and
-optionally the LogAppendTime timestamp and the partition leader epoch) in
-place, and the batches are stored and served as bytes.
+of the payload); :mod:`protocol.record_validation` then proves the records well
+formed without building them. :func:`number_batches` assigns offsets to the
+headers, and the batches are stored and served as bytes.
 
 :func:`build_batch`, :func:`iter_records` and :func:`iter_all_records` encode
 and decode individual records; they are meant for kplane's own client and for
@@ -34,16 +34,26 @@ Batch layout (all integers big-endian)::
 
 from __future__ import annotations
 
-import gzip
 import struct
 import time
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
 import crc32c as _crc32c
 
+from protocol.compression import (
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NAMES,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+    DecompressedSizeExceeded,
+    DecompressionError,
+    compress,
+    decompress,
+)
 from protocol.errors import ErrorCode
 
 __all__ = (
@@ -93,19 +103,7 @@ _CRC_POS = 17
 _ATTRIBUTES_POS = 21
 
 _MAGIC_V2 = 2
-
-COMPRESSION_NONE = 0
-COMPRESSION_GZIP = 1
-COMPRESSION_SNAPPY = 2
-COMPRESSION_LZ4 = 3
-COMPRESSION_ZSTD = 4
-_COMPRESSION_NAMES = {
-    COMPRESSION_NONE: "none",
-    COMPRESSION_GZIP: "gzip",
-    COMPRESSION_SNAPPY: "snappy",
-    COMPRESSION_LZ4: "lz4",
-    COMPRESSION_ZSTD: "zstd",
-}
+_LEGACY_MAGICS = (0, 1)
 
 _COMPRESSION_MASK = 0x07
 _TIMESTAMP_TYPE_MASK = 0x08
@@ -125,20 +123,29 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 class InvalidRecordError(Exception):
     """A record batch (or record) is malformed or unsupported.
 
-    ``error_code`` is the Kafka error to answer with:
+    ``error_code`` is the Kafka error to answer with, as Kafka picks it:
 
-    * ``CORRUPT_MESSAGE`` for a bad CRC, truncation, bad lengths or a negative
-      record count;
-    * ``UNSUPPORTED_FOR_MESSAGE_FORMAT`` for magic other than 2;
-    * ``INVALID_RECORD`` for other invalid content;
-    * ``UNSUPPORTED_COMPRESSION_TYPE`` when decoding a codec this module cannot
-      decompress (client side only).
+    * ``CORRUPT_MESSAGE`` for a bad CRC, a truncated batch, a batchLength too
+      small, a magic byte Kafka does not know, or records that do not decompress;
+    * ``INVALID_RECORD`` for a legacy (v0, v1) batch, which Produce v3+ may not
+      carry, and for malformed records or batch fields that contradict them;
+    * ``INVALID_TIMESTAMP``, ``MESSAGE_TOO_LARGE`` and
+      ``UNSUPPORTED_COMPRESSION_TYPE`` from the broker's validation.
+
+    ``record_errors`` holds (index of the record in its batch, message) for each
+    record at fault, as Produce v8+ reports them.
     """
 
-    def __init__(self, error_code: ErrorCode, message: str) -> None:
+    def __init__(
+        self,
+        error_code: ErrorCode,
+        message: str,
+        record_errors: tuple[tuple[int, str], ...] = (),
+    ) -> None:
         super().__init__(message)
         self.error_code = error_code
         self.message = message
+        self.record_errors = record_errors
 
 
 @dataclass(slots=True)
@@ -308,10 +315,14 @@ def _parse_batch_header(
             f"a batch header is {BATCH_HEADER_SIZE} bytes",
         )
     (magic,) = _INT8.unpack_from(view, pos + _MAGIC_POS)
+    if magic in _LEGACY_MAGICS:
+        raise InvalidRecordError(
+            ErrorCode.invalid_record,
+            f"batch at byte {pos} has magic {magic}; only magic v2 record batches are allowed",
+        )
     if magic != _MAGIC_V2:
         raise InvalidRecordError(
-            ErrorCode.unsupported_for_message_format,
-            f"batch at byte {pos} has magic {magic}; only magic v2 record batches are supported",
+            ErrorCode.corrupt_message, f"invalid magic {magic} in the batch at byte {pos}"
         )
     (batch_length,) = _INT32.unpack_from(view, pos + _LENGTH_POS)
     if batch_length < MIN_BATCH_LENGTH:
@@ -354,7 +365,7 @@ def _parse_batch_header(
             )
     if record_count < 0:
         raise InvalidRecordError(
-            ErrorCode.corrupt_message,
+            ErrorCode.invalid_record,
             f"batch at byte {pos} has a negative recordsCount {record_count}",
         )
     if last_offset_delta < 0:
@@ -363,7 +374,7 @@ def _parse_batch_header(
             f"batch at byte {pos} has a negative lastOffsetDelta {last_offset_delta}",
         )
     compression = attributes & _COMPRESSION_MASK
-    if compression not in _COMPRESSION_NAMES:
+    if compression not in COMPRESSION_NAMES:
         raise InvalidRecordError(
             ErrorCode.invalid_record,
             f"batch at byte {pos} has unknown compression codec id {compression}",
@@ -476,7 +487,6 @@ def served_prefix(batch: BatchHeader) -> bytes:
     )
 
 
-
 # ---------------------------------------------------------------------------
 # Encoding (client and tests)
 # ---------------------------------------------------------------------------
@@ -549,19 +559,13 @@ def build_batch(
     Records get offset deltas 0, 1, 2, ... in order; a record whose
     ``timestamp`` is ``None`` gets the current time. ``base_timestamp``
     defaults to the first record's timestamp; maxTimestamp is the largest
-    record timestamp. ``compression`` may be 0 (none) or 1 (gzip); other codecs
-    raise :class:`ValueError`.
+    record timestamp. ``compression`` is a codec id (0 none, 1 gzip, 2 snappy,
+    3 lz4, 4 zstd); others raise :class:`ValueError`.
     """
     if not records:
         raise ValueError("build_batch needs at least one record")
-    if compression not in (COMPRESSION_NONE, COMPRESSION_GZIP):
-        name = _COMPRESSION_NAMES.get(compression)
-        if name is None:
-            raise ValueError(f"unknown compression codec id {compression}")
-        raise ValueError(
-            f"{name} compression (codec {compression}) is not supported by build_batch; "
-            f"use 0 (none) or 1 (gzip)"
-        )
+    if compression not in COMPRESSION_NAMES:
+        raise ValueError(f"unknown compression codec id {compression}")
     if is_transactional and producer_id < 0:
         raise ValueError("a transactional batch needs a producer id >= 0")
     if len(records) - 1 > _INT32_MAX:
@@ -582,8 +586,8 @@ def build_batch(
     for offset_delta, (record, timestamp) in enumerate(zip(records, timestamps, strict=True)):
         _encode_record(body, record, offset_delta, timestamp - first_timestamp)
     payload: bytes | bytearray = body
-    if compression == COMPRESSION_GZIP:
-        payload = gzip.compress(bytes(body), mtime=0)
+    if compression != COMPRESSION_NONE:
+        payload = compress(compression, bytes(body))
 
     attributes = compression
     if is_transactional:
@@ -715,29 +719,25 @@ def _decode_records(data: bytes, header: BatchHeader) -> Iterator[Record]:
 def _record_bytes(view: memoryview, header: BatchHeader) -> bytes:
     """The batch's record bytes, decompressed."""
     raw = bytes(view[header.position + BATCH_HEADER_SIZE : header.position + header.size])
-    codec = header.compression
-    if codec == COMPRESSION_NONE:
+    if header.compression == COMPRESSION_NONE:
         return raw
-    if codec == COMPRESSION_GZIP:
-        try:
-            return gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InvalidRecordError(
-                ErrorCode.corrupt_message,
-                f"batch at byte {header.position}: cannot gunzip records: {exc}",
-            ) from exc
-    raise InvalidRecordError(
-        ErrorCode.unsupported_compression_type,
-        f"batch at byte {header.position} uses {_COMPRESSION_NAMES[codec]} compression, "
-        f"which this decoder does not support (only none and gzip)",
-    )
+    try:
+        return decompress(header.compression, raw)
+    except DecompressedSizeExceeded as exc:
+        raise InvalidRecordError(
+            ErrorCode.message_too_large, f"batch at byte {header.position}: {exc}"
+        ) from exc
+    except DecompressionError as exc:
+        raise InvalidRecordError(
+            ErrorCode.corrupt_message, f"batch at byte {header.position}: {exc}"
+        ) from exc
 
 
 def iter_records(batch: Buffer, verify_crc: bool = True) -> Iterator[Record]:
     """Decode the records of one batch; ``batch`` must hold exactly one whole batch.
 
-    gzip batches are decompressed with the standard library; snappy, lz4 and
-    zstd raise :class:`InvalidRecordError`. Records carry absolute offsets and
+    Compressed batches are decompressed (see :mod:`protocol.compression`, which
+    bounds their size). Records carry absolute offsets and
     effective timestamps. For clients and tests only, never the broker's hot
     path.
     """

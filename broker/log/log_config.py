@@ -18,7 +18,8 @@ TOPICS = "topics"
 
 
 class LogConfigs:
-    """Effective ``min.insync.replicas`` and ``max.message.bytes`` per topic."""
+    """Effective ``min.insync.replicas``, ``max.message.bytes`` and timestamp settings per
+    topic."""
 
     def __init__(self, client: KafkaMetadataClient, broker_config: Callable[[], KafkaConfig]):
         self.client = client
@@ -49,6 +50,18 @@ class LogConfigs:
 
     def max_message_bytes(self, topic: str) -> int:
         return self._int(topic, "max.message.bytes", "message.max.bytes")
+
+    def log_append_time(self, topic: str) -> bool:
+        """``message.timestamp.type`` is LogAppendTime (else CreateTime)."""
+        value = self._topic(topic).get("message.timestamp.type")
+        if value is None:
+            value = str(self._broker_config().get("log.message.timestamp.type"))
+        return value == "LogAppendTime"
+
+    def timestamp_difference_max_ms(self, topic: str) -> int:
+        return self._int(
+            topic, "message.timestamp.difference.max.ms", "log.message.timestamp.difference.max.ms"
+        )
 
     def forget(self, topic: str) -> None:
         """Drop a deleted topic's overrides."""

@@ -20,6 +20,7 @@ log = structlog.get_logger(__name__)
 
 PRODUCE = 0
 INIT_PRODUCER_ID = 22
+RECORD_ERRORS_SINCE_VERSION = 8
 
 
 class ProducerIdManager:
@@ -78,7 +79,7 @@ class ProduceApis:
                     result = AppendResult(ErrorCode.topic_authorization_failed, None)
                 else:
                     result = self.replica_manager.append(
-                        TopicPartition(name, pd.index), pd.records, acks
+                        TopicPartition(name, pd.index), pd.records, acks, ctx.api_version
                     )
                 any_error |= result.error is not ErrorCode.none
                 info = result.info
@@ -91,7 +92,7 @@ class ProduceApis:
                         base_offset=info.first_offset if info else -1,
                         log_append_time=_ms_to_datetime(info.log_append_time_ms) if info else None,
                         log_start_offset=info.log_start_offset if info else -1,
-                        record_errors=(),
+                        record_errors=self._record_errors(ctx, result),
                     )
                 )
             topics_out.append(
@@ -114,6 +115,18 @@ class ProduceApis:
                 ctx.respond_nothing()
             return
         ctx.respond(ctx.make_response(responses=tuple(topics_out), node_endpoints=()))
+
+    @staticmethod
+    def _record_errors(ctx: RequestContext, result: AppendResult) -> tuple[Any, ...]:
+        """The refused records of a partition, for Produce v8+ (older versions lack them)."""
+        if ctx.api_version < RECORD_ERRORS_SINCE_VERSION:
+            return ()
+        return tuple(
+            ctx.make(
+                "BatchIndexAndErrorMessage", batch_index=index, batch_index_error_message=message
+            )
+            for index, message in result.record_errors
+        )
 
     def handle_init_producer_id(self, ctx: RequestContext) -> None:
         req = ctx.body

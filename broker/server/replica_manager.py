@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
 import structlog
@@ -14,6 +15,7 @@ from broker.log.partition import Partition, TopicPartition
 from broker.metadata.cache import MetadataCache
 from broker.server.purgatory import DelayedOperationPurgatory
 from protocol.errors import ErrorCode, KafkaError
+from protocol.record_validation import ValidationPolicy, validate_batches
 from protocol.records import InvalidRecordError, scan_batches
 
 log = structlog.get_logger(__name__)
@@ -45,6 +47,8 @@ class AppendResult:
     error: ErrorCode = ErrorCode.none
     message: str | None = None
     info: LogAppendInfo | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()
+    """(index of the record in its batch, why it was refused)."""
 
 
 @dataclass(slots=True)
@@ -170,9 +174,13 @@ class ReplicaManager:
         return partition
 
     # append --------------------------------------------------------------------------
-    def append(self, tp: TopicPartition, records: bytes | None, acks: int) -> AppendResult:
+    def append(
+        self, tp: TopicPartition, records: bytes | None, acks: int, produce_version: int
+    ) -> AppendResult:
         """Check and append one partition's records as leader.
 
+        The batches are validated as Kafka's LogValidator does (see
+        ``protocol.record_validation``); when one is refused, none is appended.
         With ``acks=-1`` the ISR must hold ``min.insync.replicas`` replicas; every replica
         in the ISR has the records once they are appended (replication comes later), so
         the answer is immediate.
@@ -187,24 +195,35 @@ class ReplicaManager:
             max_bytes = self.log_configs.max_message_bytes(tp.topic)
             for batch in batches:
                 if batch.size > max_bytes:
-                    raise KafkaError(
+                    raise InvalidRecordError(
                         ErrorCode.message_too_large,
                         f"batch of {batch.size} bytes exceeds max.message.bytes {max_bytes}",
                     )
+            validate_batches(
+                records, batches, self._validation_policy(tp.topic, produce_version), _now_ms()
+            )
             info = partition.append_records_as_leader(records, batches)
         except KafkaError as exc:
             log.debug("append refused", partition=str(tp), error=exc.code.name, reason=exc.message)
             return AppendResult(exc.code, exc.message)
         except InvalidRecordError as exc:
-            log.info(
-                "invalid records refused",
-                partition=str(tp),
+            log.warning(
+                "record batch refused",
+                topic=tp.topic,
+                partition=tp.partition,
                 error=exc.error_code.name,
-                reason=str(exc),
+                reason=exc.message,
             )
-            return AppendResult(exc.error_code, str(exc))
+            return AppendResult(exc.error_code, exc.message, record_errors=exc.record_errors)
         self.fetch_purgatory.check_and_complete(tp)
         return AppendResult(info=info)
+
+    def _validation_policy(self, topic: str, produce_version: int) -> ValidationPolicy:
+        return ValidationPolicy(
+            produce_version=produce_version,
+            log_append_time=self.log_configs.log_append_time(topic),
+            timestamp_difference_max_ms=self.log_configs.timestamp_difference_max_ms(topic),
+        )
 
     def _check_min_isr(self, tp: TopicPartition) -> None:
         topic = self.cache.topic(tp.topic)
@@ -239,3 +258,7 @@ class ReplicaManager:
         if offset < hw and max_bytes > 0:
             result.views = log_.read(offset, max_bytes, min_one_batch)
         return result
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
