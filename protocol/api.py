@@ -86,11 +86,22 @@ def is_flexible(api_key: int, version: int) -> bool:
     return bool(request_class(api_key, version).__flexible__)
 
 
+@cache
+def first_flexible_version(api_key: int) -> int | None:
+    """Kafka's flexible versions are always "N+": the N for ``api_key``, or None."""
+    for version in kio_versions(api_key):
+        if is_flexible(api_key, version):
+            return version
+    return None
+
+
 def request_header_version(api_key: int, version: int) -> int:
-    """Request header v2 for flexible versions, v1 otherwise (v0 is ControlledShutdown v0)."""
+    """Request header v2 for flexible versions, v1 otherwise (v0 is ControlledShutdown v0).
+    Any version, served or not, and any key: a header is read before either is checked."""
     if api_key == 7 and version == 0:
         return 0
-    return 2 if is_flexible(api_key, version) else 1
+    flexible = first_flexible_version(api_key)
+    return 2 if flexible is not None and version >= flexible else 1
 
 
 def response_header_version(api_key: int, version: int) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 
 from kio.serial.errors import BufferUnderflow
 from kio.serial.readers import read_unsigned_varint
@@ -94,22 +93,6 @@ class FrameDecoder:
         return len(self._buffer)
 
 
-@cache
-def first_flexible_version(api_key: int) -> int | None:
-    """Kafka's flexible versions are always "N+": the N for ``api_key``, or None."""
-    for version in api.kio_versions(api_key):
-        if api.is_flexible(api_key, version):
-            return version
-    return None
-
-
-def _header_version(api_key: int, version: int) -> int:
-    if api_key == 7 and version == 0:
-        return 0
-    flex = first_flexible_version(api_key)
-    return 2 if flex is not None and version >= flex else 1
-
-
 @dataclass(frozen=True, slots=True)
 class RequestHeader:
     """A parsed request header and where the body starts in the frame."""
@@ -129,7 +112,7 @@ def parse_request_header(frame: bytes) -> RequestHeader:
         raise InvalidRequestHeader("frame shorter than a request header") from exc
     pos = 8
     client_id: str | None = None
-    header_version = _header_version(api_key, api_version)
+    header_version = api.request_header_version(api_key, api_version)
     if header_version >= 1:
         if len(frame) < pos + 2:
             raise InvalidRequestHeader("truncated client id")
@@ -180,7 +163,7 @@ def encode_request_frame(
 ) -> bytes:
     """Size prefix, request header and body: what a client sends."""
     header = _HEADER_FIXED.pack(api_key, api_version, correlation_id)
-    header_version = _header_version(api_key, api_version)
+    header_version = api.request_header_version(api_key, api_version)
     if header_version >= 1:
         if client_id is None:
             header += b"\xff\xff"

@@ -33,22 +33,11 @@ from broker.security.acl import (
     PatternType,
 )
 from protocol import api
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 
 T = TypeVar("T")
 
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-DESCRIBE_ACLS = 29
-CREATE_ACLS = 30
-DELETE_ACLS = 31
-DESCRIBE_CONFIGS = 32
-ALTER_CONFIGS = 33
-CREATE_PARTITIONS = 37
-INCREMENTAL_ALTER_CONFIGS = 44
-DESCRIBE_USER_SCRAM_CREDENTIALS = 50
-ALTER_USER_SCRAM_CREDENTIALS = 51
-DESCRIBE_CLUSTER = 60
 
 EARLIEST = -2
 """``list_offsets`` timestamp: the log start offset."""
@@ -357,7 +346,7 @@ class Admin:
             )
 
         return await self._topics_to_controller(
-            CREATE_TOPICS, "create_topics", by_name, fields, lambda r: r.topics
+            ApiKey.CREATE_TOPICS, "create_topics", by_name, fields, lambda r: r.topics
         )
 
     async def delete_topics(self, names: Iterable[str]) -> dict[str, KafkaError | None]:
@@ -373,7 +362,7 @@ class Admin:
             )
 
         return await self._topics_to_controller(
-            DELETE_TOPICS, "delete_topics", names, fields, lambda r: r.responses
+            ApiKey.DELETE_TOPICS, "delete_topics", names, fields, lambda r: r.responses
         )
 
     async def create_partitions(
@@ -408,7 +397,7 @@ class Admin:
             )
 
         return await self._topics_to_controller(
-            CREATE_PARTITIONS, "create_partitions", counts, fields, lambda r: r.results
+            ApiKey.CREATE_PARTITIONS, "create_partitions", counts, fields, lambda r: r.results
         )
 
     # cluster -------------------------------------------------------------------------
@@ -417,7 +406,7 @@ class Admin:
 
         response = await self._call(
             None,
-            DESCRIBE_CLUSTER,
+            ApiKey.DESCRIBE_CLUSTER,
             "describe_cluster",
             lambda _: dict(
                 include_cluster_authorized_operations=False,
@@ -528,7 +517,7 @@ class Admin:
                     include_documentation=include_documentation,
                 )
 
-            response = await self._call(node, DESCRIBE_CONFIGS, "describe_configs", fields)
+            response = await self._call(node, ApiKey.DESCRIBE_CONFIGS, "describe_configs", fields)
             out: dict[ConfigResource, ResourceConfig] = {}
             for result in response.results:
                 resource = ConfigResource(
@@ -598,7 +587,7 @@ class Admin:
         """Replace each resource's dynamic configs with ``configs[resource]`` (the legacy
         AlterConfigs: configs left out return to their defaults)."""
         return await self._alter_configs(
-            ALTER_CONFIGS,
+            ApiKey.ALTER_CONFIGS,
             "alter_configs",
             configs,
             validate_only,
@@ -615,7 +604,7 @@ class Admin:
         """Apply SET/DELETE/APPEND/SUBTRACT operations to each resource's configs."""
         ops = {r: list(c) for r, c in changes.items()}
         return await self._alter_configs(
-            INCREMENTAL_ALTER_CONFIGS,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS,
             "incremental_alter_configs",
             ops,
             validate_only,
@@ -639,7 +628,7 @@ class Admin:
 
         response = await self._call(
             None,
-            DESCRIBE_USER_SCRAM_CREDENTIALS,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
             "describe_user_scram_credentials",
             lambda module: dict(
                 users=None
@@ -693,7 +682,7 @@ class Admin:
             )
 
         response = await self._call(
-            None, ALTER_USER_SCRAM_CREDENTIALS, "alter_user_scram_credentials", fields
+            None, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, "alter_user_scram_credentials", fields
         )
         results: dict[str, KafkaError | None] = {}
         for r in response.results:
@@ -723,7 +712,7 @@ class Admin:
                 ),
             )
 
-        response = await self._call(None, CREATE_ACLS, "create_acls", fields)
+        response = await self._call(None, ApiKey.CREATE_ACLS, "create_acls", fields)
         return [_error(r.error_code, r.error_message) for r in response.results]
 
     async def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
@@ -731,7 +720,7 @@ class Admin:
         f = acl_filter or AclBindingFilter()
 
         response = await self._call(
-            None, DESCRIBE_ACLS, "describe_acls", lambda _: _filter_fields(f)
+            None, ApiKey.DESCRIBE_ACLS, "describe_acls", lambda _: _filter_fields(f)
         )
         _raise_for(response)
         return [
@@ -744,7 +733,7 @@ class Admin:
 
         response = await self._call(
             None,
-            DELETE_ACLS,
+            ApiKey.DELETE_ACLS,
             "delete_acls",
             lambda module: dict(
                 filters=tuple(

@@ -19,12 +19,12 @@ import structlog
 from broker.client.sasl import SaslCredentials, authenticate
 from broker.client.security import tls_failure
 from protocol import api
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.framing import encode_request_frame, response_body_offset
 
 log = structlog.get_logger(__name__)
 
-API_VERSIONS = 18
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
 
@@ -100,14 +100,14 @@ class BrokerConnection:
     async def _negotiate(self) -> None:
         """ApiVersions v3; a broker that does not know v3 answers v0 with error 35."""
         request = api.make(
-            api.request_class(API_VERSIONS, 3),
+            api.request_class(ApiKey.API_VERSIONS, 3),
             client_software_name="kplane",
             client_software_version="0.1",
         )
-        response = await self._send(API_VERSIONS, 3, request)
+        response = await self._send(ApiKey.API_VERSIONS, 3, request)
         if response.error_code == ErrorCode.unsupported_version:
             response = await self._send(
-                API_VERSIONS, 0, api.make(api.request_class(API_VERSIONS, 0))
+                ApiKey.API_VERSIONS, 0, api.make(api.request_class(ApiKey.API_VERSIONS, 0))
             )
         if response.error_code != ErrorCode.none:
             raise BrokerConnectionError(

@@ -31,13 +31,12 @@ import structlog
 from broker.client.connection import BrokerConnectionError
 from broker.client.kafka_client import KafkaClient
 from protocol import api
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import Record, iter_records, read_partial_batches
 
 log = structlog.get_logger(__name__)
 
-FETCH = 1
-LIST_OFFSETS = 2
 
 EARLIEST_TIMESTAMP = -2
 """ListOffsets: the log start offset."""
@@ -144,9 +143,9 @@ async def list_offsets(
             grouped.setdefault(topic, []).append((partition, timestamp))
 
         def build(version: int) -> Any:
-            module = api.request_module(LIST_OFFSETS, version)
+            module = api.request_module(ApiKey.LIST_OFFSETS, version)
             return api.make(
-                api.request_class(LIST_OFFSETS, version),
+                api.request_class(ApiKey.LIST_OFFSETS, version),
                 replica_id=-1,
                 isolation_level=isolation_level,
                 timeout=datetime.timedelta(milliseconds=client.config.request_timeout_ms),
@@ -169,7 +168,7 @@ async def list_offsets(
             )
 
         try:
-            response = await client.request(leader, LIST_OFFSETS, build)
+            response = await client.request(leader, ApiKey.LIST_OFFSETS, build)
         except _RETRY_ERRORS as exc:
             log.debug("list offsets failed", leader=leader, error=repr(exc))
             for tp in partitions:
@@ -513,7 +512,7 @@ class Consumer:
         def build(version: int) -> Any:
             nonlocal by_id
             by_id = version >= 13
-            module = api.request_module(FETCH, version)
+            module = api.request_module(ApiKey.FETCH, version)
             topics = []
             for topic, parts in grouped.items():
                 topic_id = topic_ids.get(topic)
@@ -540,7 +539,7 @@ class Consumer:
                     )
                 )
             return api.make(
-                api.request_class(FETCH, version),
+                api.request_class(ApiKey.FETCH, version),
                 replica_id=-1,
                 max_wait=datetime.timedelta(milliseconds=int(max_wait_ms)),
                 min_bytes=self.fetch_min_bytes,
@@ -555,7 +554,7 @@ class Consumer:
 
         try:
             response = await self.client.request(
-                leader, FETCH, build, extra_timeout_ms=self.fetch_max_wait_ms
+                leader, ApiKey.FETCH, build, extra_timeout_ms=self.fetch_max_wait_ms
             )
         except _RETRY_ERRORS as exc:
             log.debug("fetch failed, refreshing metadata", leader=leader, error=repr(exc))

@@ -22,11 +22,11 @@ from broker.client.config import ClientConfig
 from broker.client.connection import BrokerConnection, BrokerConnectionError
 from broker.client.security import AuthenticationError, client_ssl_context
 from protocol import api
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)
 
-METADATA = 3
 NodeKey = int | tuple[str, int]  # a learned broker id, or a bootstrap address
 
 
@@ -306,16 +306,16 @@ class KafkaClient:
         names = sorted(wanted)
 
         def build(version: int) -> Any:
-            module = api.request_module(METADATA, version)
+            module = api.request_module(ApiKey.METADATA, version)
             return api.make(
-                api.request_class(METADATA, version),
+                api.request_class(ApiKey.METADATA, version),
                 topics=tuple(api.make(module.MetadataRequestTopic, name=n) for n in names),
                 allow_auto_topic_creation=allow_auto_create,
                 include_topic_authorized_operations=False,
             )
 
         try:
-            response = await self.request(None, METADATA, build)
+            response = await self.request(None, ApiKey.METADATA, build)
         except (NoBrokersAvailable, BrokerConnectionError, TimeoutError):
             trigger_ms = self.config.metadata_recovery_rebootstrap_trigger_ms
             stale_ms = (time.monotonic() - self._last_metadata_success) * 1000.0

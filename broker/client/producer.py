@@ -43,6 +43,7 @@ import structlog
 
 from broker.client.kafka_client import KafkaClient, NoBrokersAvailable, PartitionMetadata
 from protocol import api
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import BATCH_HEADER_SIZE, Record, build_batch
 
@@ -50,8 +51,6 @@ __all__ = ("Producer", "RecordMetadata", "default_partition", "murmur2")
 
 log = structlog.get_logger(__name__)
 
-PRODUCE = 0
-INIT_PRODUCER_ID = 22
 INT32_MAX = 2**31 - 1
 _SEQUENCE_MODULUS = INT32_MAX + 1
 RETRY_BACKOFF_MAX_MS = 1_000  # Kafka's retry.backoff.max.ms default (KIP-580)
@@ -867,10 +866,10 @@ class Producer:
         acks, timeout = self._acks, self._timeout
 
         def build(version: int) -> Any:
-            module = api.request_module(PRODUCE, version)
+            module = api.request_module(ApiKey.PRODUCE, version)
             by_id = version >= 13
             return api.make(
-                api.request_class(PRODUCE, version),
+                api.request_class(ApiKey.PRODUCE, version),
                 transactional_id=None,
                 acks=acks,
                 timeout=timeout,
@@ -902,9 +901,9 @@ class Producer:
                 if node not in self._client.cluster.brokers:
                     raise NoBrokersAvailable(f"broker {node} is not in the cluster metadata")
                 conn = await self._client.connection(node)
-                conn.send_no_response(PRODUCE, build)
+                conn.send_no_response(ApiKey.PRODUCE, build)
             else:
-                response = await self._client.request(node, PRODUCE, build)
+                response = await self._client.request(node, ApiKey.PRODUCE, build)
         except asyncio.CancelledError:
             error = KafkaError(ErrorCode.network_exception, "produce request cancelled")
             raise
@@ -981,7 +980,7 @@ class Producer:
 
         def build(version: int) -> Any:
             return api.make(
-                api.request_class(INIT_PRODUCER_ID, version),
+                api.request_class(ApiKey.INIT_PRODUCER_ID, version),
                 transactional_id=None,
                 transaction_timeout=datetime.timedelta(milliseconds=60_000),
                 producer_id=-1,
@@ -992,7 +991,7 @@ class Producer:
         while True:
             error: BaseException
             try:
-                response = await self._client.request(None, INIT_PRODUCER_ID, build)
+                response = await self._client.request(None, ApiKey.INIT_PRODUCER_ID, build)
             except NoBrokersAvailable as exc:
                 self._fail_queued(exc)
                 return

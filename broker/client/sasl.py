@@ -14,13 +14,12 @@ import scramp
 
 from broker.client.security import AuthenticationError
 from protocol import api
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from broker.client.connection import BrokerConnection
 
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
 PLAIN = "PLAIN"
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 MECHANISMS = (PLAIN, *SCRAM_MECHANISMS)
@@ -42,14 +41,17 @@ class SaslAuthenticationError(AuthenticationError, KafkaError):
 async def authenticate(conn: BrokerConnection, credentials: SaslCredentials) -> None:
     """Run the whole exchange on ``conn``, right after ApiVersions."""
     mechanism = credentials.mechanism
-    if 1 not in conn.versions.get(SASL_HANDSHAKE, ()) or SASL_AUTHENTICATE not in conn.versions:
+    if (
+        1 not in conn.versions.get(ApiKey.SASL_HANDSHAKE, ())
+        or ApiKey.SASL_AUTHENTICATE not in conn.versions
+    ):
         raise SaslAuthenticationError(
             ErrorCode.unsupported_version,
             f"{conn.address} does not serve SaslHandshake v1 and SaslAuthenticate",
         )
     response = await conn.request(
-        SASL_HANDSHAKE,
-        lambda v: api.make(api.request_class(SASL_HANDSHAKE, v), mechanism=mechanism),
+        ApiKey.SASL_HANDSHAKE,
+        lambda v: api.make(api.request_class(ApiKey.SASL_HANDSHAKE, v), mechanism=mechanism),
     )
     if response.error_code != ErrorCode.none:
         enabled = ", ".join(response.mechanisms) or "no SASL mechanism (not a SASL listener?)"
@@ -61,8 +63,8 @@ async def authenticate(conn: BrokerConnection, credentials: SaslCredentials) -> 
 
     async def exchange(token: bytes) -> bytes:
         response = await conn.request(
-            SASL_AUTHENTICATE,
-            lambda v: api.make(api.request_class(SASL_AUTHENTICATE, v), auth_bytes=token),
+            ApiKey.SASL_AUTHENTICATE,
+            lambda v: api.make(api.request_class(ApiKey.SASL_AUTHENTICATE, v), auth_bytes=token),
         )
         if response.error_code != ErrorCode.none:
             raise SaslAuthenticationError(

@@ -25,10 +25,7 @@ import structlog
 
 from broker.controller.channel_manager import ControllerChannelManager
 from broker.controller.requests import (
-    LEADER_AND_ISR,
     LEADER_DURING_DELETE,
-    STOP_REPLICA,
-    UPDATE_METADATA,
     PartitionState,
     leader_and_isr,
     stop_replica,
@@ -40,6 +37,7 @@ from broker.metadata.kafka_store import (
     PartitionStateRecord,
 )
 from broker.metadata.store import NodeExistsError, NoNodeError
+from protocol.api_keys import ApiKey
 
 log = structlog.get_logger(__name__)
 
@@ -190,13 +188,13 @@ class KafkaController:
             full = list(self._states.values())
             for broker_id in self._brokers:
                 states = full if broker_id in joined_ids else changed
-                self._send(broker_id, UPDATE_METADATA, self._update_metadata(states))
+                self._send(broker_id, ApiKey.UPDATE_METADATA, self._update_metadata(states))
             for broker in joined:
                 hosted = [s for s in full if broker.broker_id in s.replicas]
                 if hosted:
                     self._send(
                         broker.broker_id,
-                        LEADER_AND_ISR,
+                        ApiKey.LEADER_AND_ISR,
                         self._leader_and_isr(hosted, full=True),
                     )
 
@@ -274,7 +272,9 @@ class KafkaController:
                 by_broker.setdefault(replica, []).append((s.topic, s.partition))
         for broker_id, partitions in by_broker.items():
             self._send(
-                broker_id, STOP_REPLICA, stop_replica(self.broker_id, self.epoch, partitions, True)
+                broker_id,
+                ApiKey.STOP_REPLICA,
+                stop_replica(self.broker_id, self.epoch, partitions, True),
             )
         log.info("topic deleted", topic=topic, partitions=len(states))
 
@@ -342,9 +342,9 @@ class KafkaController:
                 if replica in self._brokers:
                     by_broker.setdefault(replica, []).append(s)
         for broker_id, hosted in by_broker.items():
-            self._send(broker_id, LEADER_AND_ISR, self._leader_and_isr(hosted, full))
+            self._send(broker_id, ApiKey.LEADER_AND_ISR, self._leader_and_isr(hosted, full))
 
     def _send_update_metadata(self, states: list[PartitionState]) -> None:
         build = self._update_metadata(states)
         for broker_id in self._brokers:
-            self._send(broker_id, UPDATE_METADATA, build)
+            self._send(broker_id, ApiKey.UPDATE_METADATA, build)

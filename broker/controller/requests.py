@@ -12,10 +12,8 @@ from typing import Any
 from broker.config.endpoint import SecurityProtocol
 from broker.metadata.kafka_store import BrokerRegistration
 from protocol import api
+from protocol.api_keys import ApiKey
 
-LEADER_AND_ISR = 4
-STOP_REPLICA = 5
-UPDATE_METADATA = 6
 LEADER_DURING_DELETE = -2  # UpdateMetadata: the partition is being deleted
 EPOCH_DURING_DELETE = -2  # StopReplica: delete whatever the leader epoch
 PROTOCOL_CODES = {
@@ -108,9 +106,9 @@ def leader_and_isr(
     """LeaderAndIsr of ``states``; ``leaders`` are (id, host, port) of the leaders."""
 
     def build(version: int) -> Any:
-        module = api.request_module(LEADER_AND_ISR, version)
+        module = api.request_module(ApiKey.LEADER_AND_ISR, version)
         return api.make(
-            api.request_class(LEADER_AND_ISR, version),
+            api.request_class(ApiKey.LEADER_AND_ISR, version),
             controller_id=controller_id,
             controller_epoch=controller_epoch,
             broker_epoch=-1,
@@ -134,7 +132,7 @@ def update_metadata(
     """UpdateMetadata: every live broker with all its endpoints, and ``states``."""
 
     def build(version: int) -> Any:
-        module = api.request_module(UPDATE_METADATA, version)
+        module = api.request_module(ApiKey.UPDATE_METADATA, version)
 
         def broker(b: BrokerRegistration) -> Any:
             plaintext = b.endpoint("PLAINTEXT") or (b.endpoints[0] if b.endpoints else None)
@@ -159,7 +157,7 @@ def update_metadata(
             )
 
         return api.make(
-            api.request_class(UPDATE_METADATA, version),
+            api.request_class(ApiKey.UPDATE_METADATA, version),
             controller_id=controller_id,
             controller_epoch=controller_epoch,
             broker_epoch=-1,
@@ -176,12 +174,12 @@ def stop_replica(
     """StopReplica of ``partitions`` (topic, index), deleting their logs with ``delete``."""
 
     def build(version: int) -> Any:
-        module = api.request_module(STOP_REPLICA, version)
+        module = api.request_module(ApiKey.STOP_REPLICA, version)
         by_topic: dict[str, list[int]] = {}
         for topic, index in partitions:
             by_topic.setdefault(topic, []).append(index)
         return api.make(
-            api.request_class(STOP_REPLICA, version),
+            api.request_class(ApiKey.STOP_REPLICA, version),
             controller_id=controller_id,
             controller_epoch=controller_epoch,
             broker_epoch=-1,

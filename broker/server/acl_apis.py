@@ -21,14 +21,12 @@ from broker.security.acl import (
 )
 from broker.security.authorizer import AclAuthorizer
 from broker.server.context import Handler, RequestContext
+from protocol.api_keys import ApiKey
 from protocol.codes import from_wire
 from protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)
 
-DESCRIBE_ACLS = 29
-CREATE_ACLS = 30
-DELETE_ACLS = 31
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
 
 
@@ -73,9 +71,9 @@ class AclApis:
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
-            DESCRIBE_ACLS: self.handle_describe,
-            CREATE_ACLS: self.handle_create,
-            DELETE_ACLS: self.handle_delete,
+            ApiKey.DESCRIBE_ACLS: self.handle_describe,
+            ApiKey.CREATE_ACLS: self.handle_create,
+            ApiKey.DELETE_ACLS: self.handle_delete,
         }
 
     def _refusal(self, ctx: RequestContext) -> tuple[ErrorCode, str | None] | None:

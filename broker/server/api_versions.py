@@ -6,22 +6,21 @@ from collections.abc import Callable, Mapping
 
 from broker.server.context import Handler, RequestContext
 from protocol import api
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
-
-API_VERSIONS = 18
 
 
 def api_versions_response(
     version: int, supported: Mapping[int, range], error: ErrorCode = ErrorCode.none
 ) -> object:
     """The ApiVersions response of ``version`` listing ``supported``."""
-    module = api.response_module(API_VERSIONS, version)
+    module = api.response_module(ApiKey.API_VERSIONS, version)
     keys = tuple(
         api.make(module.ApiVersion, api_key=key, min_version=r.start, max_version=r.stop - 1)
         for key, r in supported.items()
     )
     return api.make(
-        api.response_class(API_VERSIONS, version),
+        api.response_class(ApiKey.API_VERSIONS, version),
         error_code=error,
         api_keys=keys,
         throttle_time_ms=0,
@@ -39,7 +38,7 @@ class ApiVersionsApi:
         self._supported = supported
 
     def handlers(self) -> Mapping[int, Handler]:
-        return {API_VERSIONS: self.handle}
+        return {ApiKey.API_VERSIONS: self.handle}
 
     def handle(self, ctx: RequestContext) -> None:
         ctx.respond(api_versions_response(ctx.api_version, self._supported()))

@@ -31,13 +31,10 @@ from broker.server.config_describer import (
     topic_default,
 )
 from broker.server.context import Handler, RequestContext
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger(__name__)
-
-DESCRIBE_CONFIGS = 32
-ALTER_CONFIGS = 33
-INCREMENTAL_ALTER_CONFIGS = 44
 
 
 class ResourceType(IntEnum):
@@ -98,9 +95,9 @@ class ConfigApis:
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
-            DESCRIBE_CONFIGS: self.handle_describe,
-            ALTER_CONFIGS: self.handle_alter,
-            INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter,
+            ApiKey.DESCRIBE_CONFIGS: self.handle_describe,
+            ApiKey.ALTER_CONFIGS: self.handle_alter,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter,
         }
 
     # DescribeConfigs -----------------------------------------------------------------

@@ -22,13 +22,11 @@ from broker.security.acl import AclOperation, AclResourceType
 from broker.server.context import Handler, RequestContext
 from broker.server.replica_manager import ReplicaManager, ReplicaState, StopReplicaState
 from protocol import api
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger(__name__)
 
-LEADER_AND_ISR = 4
-STOP_REPLICA = 5
-UPDATE_METADATA = 6
 LEADER_DURING_DELETE = -2  # UpdateMetadata's leader of a partition being deleted
 _PROTOCOL_CODES = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
 
@@ -54,9 +52,9 @@ class ControllerApis:
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
-            LEADER_AND_ISR: self.handle_leader_and_isr,
-            STOP_REPLICA: self.handle_stop_replica,
-            UPDATE_METADATA: self.handle_update_metadata,
+            ApiKey.LEADER_AND_ISR: self.handle_leader_and_isr,
+            ApiKey.STOP_REPLICA: self.handle_stop_replica,
+            ApiKey.UPDATE_METADATA: self.handle_update_metadata,
         }
 
     @staticmethod

@@ -12,11 +12,9 @@ from broker.security.acl import AclOperation, AclResourceType
 from broker.server.context import Handler, RequestContext
 from broker.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 from broker.server.replica_manager import ReadResult, ReplicaManager
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.fetch_response import Piece, encode_fetch_response
-
-FETCH = 1
-LIST_OFFSETS = 2
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -94,7 +92,7 @@ class FetchApis:
         self.fetch_max_bytes = fetch_max_bytes
 
     def handlers(self) -> Mapping[int, Handler]:
-        return {FETCH: self.handle_fetch, LIST_OFFSETS: self.handle_list_offsets}
+        return {ApiKey.FETCH: self.handle_fetch, ApiKey.LIST_OFFSETS: self.handle_list_offsets}
 
     # Fetch ---------------------------------------------------------------------------
     def handle_fetch(self, ctx: RequestContext) -> None:

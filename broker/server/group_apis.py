@@ -36,19 +36,10 @@ from broker.group.group_metadata import (
 )
 from broker.security.acl import AclOperation, AclResourceType
 from broker.server.context import Handler, RequestContext
+from protocol.api_keys import ApiKey
 
 log = structlog.get_logger(__name__)
 
-JOIN_GROUP = 11
-SYNC_GROUP = 14
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-LIST_GROUPS = 16
-DESCRIBE_GROUPS = 15
-DELETE_GROUPS = 42
-OFFSET_DELETE = 47
 
 # Read, Delete and Describe: what a group allows when no authorizer is configured.
 _GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
@@ -112,16 +103,16 @@ class GroupApis:
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
-            JOIN_GROUP: _coordinated(self.join_group, self.owns, AclOperation.READ),
-            SYNC_GROUP: _coordinated(self.sync_group, self.owns, AclOperation.READ),
-            HEARTBEAT: _coordinated(self.heartbeat, self.owns, AclOperation.READ),
-            LEAVE_GROUP: _coordinated(self.leave_group, self.owns, AclOperation.READ),
-            OFFSET_COMMIT: _coordinated(self.offset_commit, self.owns, None),
-            OFFSET_FETCH: self.offset_fetch,
-            LIST_GROUPS: self.list_groups,
-            DESCRIBE_GROUPS: self.describe_groups,
-            DELETE_GROUPS: self.delete_groups,
-            OFFSET_DELETE: _coordinated(self.offset_delete, self.owns, None),
+            ApiKey.JOIN_GROUP: _coordinated(self.join_group, self.owns, AclOperation.READ),
+            ApiKey.SYNC_GROUP: _coordinated(self.sync_group, self.owns, AclOperation.READ),
+            ApiKey.HEARTBEAT: _coordinated(self.heartbeat, self.owns, AclOperation.READ),
+            ApiKey.LEAVE_GROUP: _coordinated(self.leave_group, self.owns, AclOperation.READ),
+            ApiKey.OFFSET_COMMIT: _coordinated(self.offset_commit, self.owns, None),
+            ApiKey.OFFSET_FETCH: self.offset_fetch,
+            ApiKey.LIST_GROUPS: self.list_groups,
+            ApiKey.DESCRIBE_GROUPS: self.describe_groups,
+            ApiKey.DELETE_GROUPS: self.delete_groups,
+            ApiKey.OFFSET_DELETE: _coordinated(self.offset_delete, self.owns, None),
         }
 
     # -- membership -----------------------------------------------------------------------

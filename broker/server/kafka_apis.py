@@ -12,12 +12,11 @@ from broker.security.authorizer import AclAuthorizer
 from broker.server.api_versions import api_versions_response
 from broker.server.context import ApiFamily, Handler, RequestContext
 from protocol import api
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.framing import response_frame_prefix
 
 log = structlog.get_logger(__name__)
-
-API_VERSIONS_KEY = 18
 
 
 class KafkaApis:
@@ -47,7 +46,7 @@ class KafkaApis:
         header = request.header
         versions = api.kio_versions(header.api_key)
         if header.api_version not in versions:
-            if header.api_key == API_VERSIONS_KEY:
+            if header.api_key == ApiKey.API_VERSIONS:
                 self._unsupported_api_versions(request, channel)
                 return
             log.warning(
@@ -85,7 +84,6 @@ class KafkaApis:
         body = api_versions_response(0, self.supported_versions(), ErrorCode.unsupported_version)
         payload = api.encode(body)
         prefix = response_frame_prefix(
-            API_VERSIONS_KEY, 0, request.header.correlation_id, len(payload)
+            ApiKey.API_VERSIONS, 0, request.header.correlation_id, len(payload)
         )
         channel.send_response(Response(request, [prefix, payload]))
-

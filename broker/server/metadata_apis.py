@@ -15,14 +15,12 @@ from broker.metadata.cache import MetadataCache, TopicInfo
 from broker.security.acl import AclOperation, AclResourceType
 from broker.server.admin_manager import AdminManager
 from broker.server.context import Handler, RequestContext
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.topic_names import validate_topic_name
 
 log = structlog.get_logger(__name__)
 
-METADATA = 3
-FIND_COORDINATOR = 10
-DESCRIBE_CLUSTER = 60
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 GROUP_KEY_TYPE = 0
 
@@ -46,9 +44,9 @@ class MetadataApis:
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
-            METADATA: self.handle_metadata,
-            DESCRIBE_CLUSTER: self.handle_describe_cluster,
-            FIND_COORDINATOR: self.handle_find_coordinator,
+            ApiKey.METADATA: self.handle_metadata,
+            ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
+            ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
         }
 
     # Metadata ------------------------------------------------------------------------

@@ -15,12 +15,10 @@ from broker.security.sasl import SaslListener
 from broker.security.sasl_server import SaslAuthenticationFailed
 from broker.server.context import Handler, RequestContext
 from broker.server.timer import SystemTimer
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)
-
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
 
 
 class SaslApis:
@@ -34,7 +32,10 @@ class SaslApis:
         self.failure_delay_ms = failure_delay_ms
 
     def handlers(self) -> Mapping[int, Handler]:
-        return {SASL_HANDSHAKE: self.handle_handshake, SASL_AUTHENTICATE: self.handle_authenticate}
+        return {
+            ApiKey.SASL_HANDSHAKE: self.handle_handshake,
+            ApiKey.SASL_AUTHENTICATE: self.handle_authenticate,
+        }
 
     def handle_handshake(self, ctx: RequestContext) -> None:
         session = ctx.request.session

@@ -16,13 +16,12 @@ from broker.security.scram import (
     ScramMechanismType,
 )
 from broker.server.context import Handler, RequestContext
+from protocol.api_keys import ApiKey
 from protocol.codes import from_wire
 from protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)
 
-DESCRIBE_USER_SCRAM_CREDENTIALS = 50
-ALTER_USER_SCRAM_CREDENTIALS = 51
 
 _Outcome = tuple[ErrorCode, str | None]
 
@@ -35,8 +34,8 @@ class ScramApis:
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
-            DESCRIBE_USER_SCRAM_CREDENTIALS: self.handle_describe,
-            ALTER_USER_SCRAM_CREDENTIALS: self.handle_alter,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.handle_describe,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.handle_alter,
         }
 
     def handle_describe(self, ctx: RequestContext) -> None:

@@ -10,11 +10,9 @@ from broker.metadata.cache import MetadataCache
 from broker.security.acl import AclOperation, AclResourceType
 from broker.server.admin_manager import AdminManager, excessive_partitions
 from broker.server.context import Handler, RequestContext
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-CREATE_PARTITIONS = 37
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -30,9 +28,9 @@ class TopicApis:
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
-            CREATE_TOPICS: self.handle_create_topics,
-            DELETE_TOPICS: self.handle_delete_topics,
-            CREATE_PARTITIONS: self.handle_create_partitions,
+            ApiKey.CREATE_TOPICS: self.handle_create_topics,
+            ApiKey.DELETE_TOPICS: self.handle_delete_topics,
+            ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
         }
 
     def handle_create_topics(self, ctx: RequestContext) -> None:

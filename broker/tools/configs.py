@@ -32,7 +32,7 @@ from broker.client.admin import (
     OpType,
 )
 from broker.client.config import ClientConfig
-from broker.client.kafka_client import METADATA, KafkaClient
+from broker.client.kafka_client import KafkaClient
 from broker.tools.admin_session import (
     UsageError,
     add_connection_args,
@@ -41,6 +41,7 @@ from broker.tools.admin_session import (
     with_admin,
 )
 from protocol import api
+from protocol.api_keys import ApiKey
 from protocol.errors import KafkaError
 from protocol.topic_names import validate_topic_name
 
@@ -433,11 +434,11 @@ async def _topic_names(client: KafkaClient) -> list[str]:
 
     def build(version: int) -> Any:
         return api.make(
-            api.request_class(METADATA, version),
+            api.request_class(ApiKey.METADATA, version),
             topics=None,
             allow_auto_topic_creation=False,
             include_topic_authorized_operations=False,
         )
 
-    response = await client.request(None, METADATA, build)
+    response = await client.request(None, ApiKey.METADATA, build)
     return sorted(t.name for t in response.topics if t.name)

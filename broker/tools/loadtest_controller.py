@@ -20,18 +20,15 @@ from typing import Any
 
 from broker.client.connection import BrokerConnection, BrokerConnectionError
 from broker.config.endpoint import EndPoint, SecurityProtocol
-from broker.controller.requests import (
-    LEADER_AND_ISR,
-    UPDATE_METADATA,
-    PartitionState,
-    leader_and_isr,
-    update_metadata,
-)
+from broker.controller.requests import PartitionState, leader_and_isr, update_metadata
 from broker.metadata.kafka_store import BrokerRegistration
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
-API_TITLES = {UPDATE_METADATA: "UpdateMetadata", LEADER_AND_ISR: "LeaderAndIsr"}
-"""Far above any epoch the broker's own controller reaches, so never stale."""
+API_TITLES: dict[int, str] = {
+    ApiKey.UPDATE_METADATA: "UpdateMetadata",
+    ApiKey.LEADER_AND_ISR: "LeaderAndIsr",
+}
 TIMEOUT_ERROR = "REQUEST_TIMED_OUT"
 DISCONNECTED_ERROR = "NETWORK_EXCEPTION"
 
@@ -125,8 +122,8 @@ def _error_codes(entity: Any) -> Iterator[ErrorCode]:
 
 
 BUILDERS: Mapping[int, Callable[[int, ControlPlan, int], Any]] = {
-    UPDATE_METADATA: update_metadata_request,
-    LEADER_AND_ISR: leader_and_isr_request,
+    ApiKey.UPDATE_METADATA: update_metadata_request,
+    ApiKey.LEADER_AND_ISR: leader_and_isr_request,
 }
 KEYS = tuple(BUILDERS)
 """The order requests alternate in."""

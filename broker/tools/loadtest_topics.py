@@ -16,12 +16,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.client.connection import BrokerConnection
 from protocol import api
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
 DATA_TOPIC = "loadtest-data"
 CONTROL_TOPIC = "loadtest-control"
 CONTROL_PARTITIONS = 4
-METADATA = 3
 READY_TIMEOUT_S = 30.0
 
 
@@ -72,7 +72,9 @@ async def describe_topic(host: str, port: int, topic: str) -> TopicState:
     conn = BrokerConnection(host, port, "kplane-loadtest-metadata", int(READY_TIMEOUT_S * 1000))
     try:
         await conn.connect(READY_TIMEOUT_S)
-        response = await conn.request(METADATA, lambda version: _metadata_request(version, topic))
+        response = await conn.request(
+            ApiKey.METADATA, lambda version: _metadata_request(version, topic)
+        )
     finally:
         conn.close()
     for t in response.topics:
@@ -87,9 +89,9 @@ async def describe_topic(host: str, port: int, topic: str) -> TopicState:
 
 
 def _metadata_request(version: int, topic: str) -> Any:
-    module = api.request_module(METADATA, version)
+    module = api.request_module(ApiKey.METADATA, version)
     return api.make(
-        api.request_class(METADATA, version),
+        api.request_class(ApiKey.METADATA, version),
         topics=(api.make(module.MetadataRequestTopic, name=topic),),
         allow_auto_topic_creation=False,
         include_topic_authorized_operations=False,

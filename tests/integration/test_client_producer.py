@@ -34,12 +34,12 @@ from broker.client.producer import (
     murmur2,
 )
 from broker.testing.plugin import RunningBroker
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import read_partial_batches
 from tests.integration.helpers import fetch_partition, fetch_request, read_from_beginning
 
 RECORDS = 20_000
-PRODUCE = 0
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -314,7 +314,7 @@ async def test_idempotent_retry_after_a_lost_response_is_not_duplicated(
     async def lose_third_response(original: Any, node: Any, api_key: int, build: Any) -> Any:
         nonlocal produce_calls
         response = await original(node, api_key, build)
-        if api_key == PRODUCE:
+        if api_key == ApiKey.PRODUCE:
             produce_calls += 1
             if produce_calls == 3:
                 raise BrokerConnectionError("injected: response lost after the append")
@@ -343,7 +343,7 @@ async def test_idempotent_retry_keeps_order_behind_requests_in_flight(
 
     async def lose_third_request(original: Any, node: Any, api_key: int, build: Any) -> Any:
         nonlocal produce_calls, out_of_order
-        if api_key != PRODUCE:
+        if api_key != ApiKey.PRODUCE:
             return await original(node, api_key, build)
         produce_calls += 1
         if produce_calls == 3:
@@ -385,7 +385,7 @@ async def test_idempotent_producer_takes_a_new_id_after_a_batch_fails_for_good(
     async def hook(original: Any, node: Any, api_key: int, build: Any) -> Any:
         nonlocal init_calls
         init_calls += api_key == 22
-        if api_key == PRODUCE and failing:
+        if api_key == ApiKey.PRODUCE and failing:
             raise BrokerConnectionError("injected: broker unreachable")
         return await original(node, api_key, build)
 
@@ -425,7 +425,7 @@ async def test_non_retriable_error_fails_at_once(broker_factory: Any) -> None:
 
     async def count(original: Any, node: Any, api_key: int, build: Any) -> Any:
         nonlocal produce_calls
-        produce_calls += api_key == PRODUCE
+        produce_calls += api_key == ApiKey.PRODUCE
         return await original(node, api_key, build)
 
     async with producing(broker, linger_ms=0) as (client, producer):
@@ -445,7 +445,7 @@ async def test_retriable_error_retries_then_fails(broker_factory: Any) -> None:
 
     async def count(original: Any, node: Any, api_key: int, build: Any) -> Any:
         nonlocal produce_calls
-        produce_calls += api_key == PRODUCE
+        produce_calls += api_key == ApiKey.PRODUCE
         return await original(node, api_key, build)
 
     async with producing(broker, acks=-1, retries=2, retry_backoff_ms=10) as (client, producer):

@@ -8,8 +8,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from broker.testing.plugin import RunningBroker
 from broker.testing.wire import WireClient
 from protocol import api
-
-PRODUCE = 0
+from protocol.api_keys import ApiKey
 
 
 def _served(broker: RunningBroker) -> list[tuple[int, int]]:
@@ -28,7 +27,7 @@ def test_every_served_version_answers(broker: RunningBroker) -> None:
     failures = []
     with WireClient(*broker.address()) as client:
         for key, version in served:
-            values = {"acks": 1} if key == PRODUCE else {}
+            values = {"acks": 1} if key == ApiKey.PRODUCE else {}
             request = api.make(api.request_class(key, version), **values)
             try:
                 client.request(request)

@@ -12,3 +12,10 @@ def test_from_wire() -> None:
     assert from_wire(ScramMechanismType, 77) is ScramMechanismType.UNKNOWN
     assert from_wire(AclOperation, int(AclOperation.WRITE)) is AclOperation.WRITE
     assert from_wire(AclOperation, -3) is AclOperation.UNKNOWN
+
+
+def test_api_keys_are_kio_and_the_controller_schemas() -> None:
+    from protocol import api
+    from protocol.api_keys import ApiKey
+
+    assert {k.value: k.name.lower() for k in ApiKey} == api.API_NAMES

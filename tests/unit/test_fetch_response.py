@@ -9,21 +9,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol import api
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.fetch_response import encode_fetch_response
-
-FETCH = 1
 
 batches = st.lists(st.binary(min_size=0, max_size=64), max_size=3)
 partitions = st.lists(st.tuples(st.integers(0, 50), batches), max_size=3)
 topics = st.lists(st.tuples(st.text("abcxyz", min_size=1, max_size=8), partitions), max_size=3)
 
 
-@pytest.mark.parametrize("version", list(api.kio_versions(FETCH)))
+@pytest.mark.parametrize("version", list(api.kio_versions(ApiKey.FETCH)))
 @settings(max_examples=25)
 @given(topics=topics)
 def test_matches_kio_encoding(version: int, topics: list) -> None:
-    module = api.response_module(FETCH, version)
+    module = api.response_module(ApiKey.FETCH, version)
     by_id = version >= 13
 
     def partition(index: int, records: bytes) -> object:
@@ -50,7 +49,7 @@ def test_matches_kio_encoding(version: int, topics: list) -> None:
 
     def response(responses: tuple) -> object:
         return api.make(
-            api.response_class(FETCH, version),
+            api.response_class(ApiKey.FETCH, version),
             error_code=ErrorCode.none,
             session_id=0,
             responses=responses,

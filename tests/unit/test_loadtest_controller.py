@@ -7,8 +7,6 @@ import uuid
 import pytest
 
 from broker.tools.loadtest_controller import (
-    LEADER_AND_ISR,
-    UPDATE_METADATA,
     ControlPlan,
     Endpoint,
     leader_and_isr_request,
@@ -16,6 +14,7 @@ from broker.tools.loadtest_controller import (
     update_metadata_request,
 )
 from protocol import api
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
 TOPIC_ID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
@@ -45,11 +44,11 @@ def partition_states(request: object, grouped: str = "topic_states") -> list[tup
     ]
 
 
-@pytest.mark.parametrize("version", list(api.kio_versions(UPDATE_METADATA)))
+@pytest.mark.parametrize("version", list(api.kio_versions(ApiKey.UPDATE_METADATA)))
 def test_update_metadata_round_trips_every_version(version: int) -> None:
     request = update_metadata_request(version, PLAN, EPOCH)
-    assert type(request) is api.request_class(UPDATE_METADATA, version)
-    decoded = api.decode_request(UPDATE_METADATA, version, api.encode(request))
+    assert type(request) is api.request_class(ApiKey.UPDATE_METADATA, version)
+    decoded = api.decode_request(ApiKey.UPDATE_METADATA, version, api.encode(request))
     assert decoded == request
 
     assert decoded.controller_id == 3
@@ -75,11 +74,11 @@ def test_update_metadata_round_trips_every_version(version: int) -> None:
         assert [t.topic_id for t in decoded.topic_states] == [TOPIC_ID]
 
 
-@pytest.mark.parametrize("version", list(api.kio_versions(LEADER_AND_ISR)))
+@pytest.mark.parametrize("version", list(api.kio_versions(ApiKey.LEADER_AND_ISR)))
 def test_leader_and_isr_round_trips_every_version(version: int) -> None:
     request = leader_and_isr_request(version, PLAN, EPOCH)
-    assert type(request) is api.request_class(LEADER_AND_ISR, version)
-    decoded = api.decode_request(LEADER_AND_ISR, version, api.encode(request))
+    assert type(request) is api.request_class(ApiKey.LEADER_AND_ISR, version)
+    decoded = api.decode_request(ApiKey.LEADER_AND_ISR, version, api.encode(request))
     assert decoded == request
 
     assert (decoded.controller_id, decoded.controller_epoch) == (3, CONTROLLER_EPOCH)
@@ -98,12 +97,12 @@ def test_leader_and_isr_round_trips_every_version(version: int) -> None:
 
 
 def test_response_without_errors_has_none() -> None:
-    response = api.make(api.response_class(UPDATE_METADATA, 8), error_code=ErrorCode.none)
+    response = api.make(api.response_class(ApiKey.UPDATE_METADATA, 8), error_code=ErrorCode.none)
     assert response_errors(response) is None
 
 
 def test_response_errors_are_found_in_nested_partitions() -> None:
-    module = api.response_module(LEADER_AND_ISR, 7)
+    module = api.response_module(ApiKey.LEADER_AND_ISR, 7)
 
     def partition(index: int, code: ErrorCode) -> object:
         return api.make(module.LeaderAndIsrPartitionError, partition_index=index, error_code=code)
@@ -119,13 +118,13 @@ def test_response_errors_are_found_in_nested_partitions() -> None:
         ),
     )
     response = api.make(
-        api.response_class(LEADER_AND_ISR, 7), error_code=ErrorCode.none, topics=(topic,)
+        api.response_class(ApiKey.LEADER_AND_ISR, 7), error_code=ErrorCode.none, topics=(topic,)
     )
     assert response_errors(response) == "FENCED_LEADER_EPOCH,STALE_CONTROLLER_EPOCH"
 
 
 def test_response_top_level_error() -> None:
     response = api.make(
-        api.response_class(UPDATE_METADATA, 0), error_code=ErrorCode.stale_controller_epoch
+        api.response_class(ApiKey.UPDATE_METADATA, 0), error_code=ErrorCode.stale_controller_epoch
     )
     assert response_errors(response) == "STALE_CONTROLLER_EPOCH"
