@@ -44,9 +44,11 @@ bench: setup
 	$(BIN)/python bench/client.py
 	$(BIN)/python bench/control_plane.py
 
+# The import contract: docs/ARCHITECTURE.md's layers, checked against every import.
 lint: setup
 	$(BIN)/ruff check broker protocol tests bench
 	$(BIN)/mypy
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_readme.py -k layers
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -38,8 +38,8 @@ from broker.group.group_metadata import (
     TopicPartition,
     now_ms,
 )
-from broker.server.purgatory import DelayedOperation, DelayedOperationPurgatory
-from broker.server.timer import SystemTimer, TimerTask
+from broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
+from broker.utils.timer import SystemTimer, TimerTask
 
 log = structlog.get_logger(__name__)
 

@@ -71,14 +71,14 @@ from broker.server.group_apis import GroupApis
 from broker.server.kafka_apis import KafkaApis
 from broker.server.metadata_apis import MetadataApis
 from broker.server.produce_apis import ProduceApis, ProducerIdManager
-from broker.server.purgatory import DelayedOperationPurgatory
 from broker.server.replica_manager import ReplicaManager
 from broker.server.request_handler import RequestHandlerPool
 from broker.server.request_metrics import RequestMetricsObserver
 from broker.server.sasl_apis import SaslApis
 from broker.server.scram_apis import ScramApis
-from broker.server.timer import SystemTimer
 from broker.server.topic_apis import TopicApis
+from broker.utils.purgatory import DelayedOperationPurgatory
+from broker.utils.timer import SystemTimer
 
 log = structlog.get_logger(__name__)
 

@@ -13,7 +13,7 @@ from broker.log.log_config import LogConfigs
 from broker.log.log_manager import LogManager
 from broker.log.partition import Partition, TopicPartition
 from broker.metadata.cache import MetadataCache
-from broker.server.purgatory import DelayedOperationPurgatory
+from broker.utils.purgatory import DelayedOperationPurgatory
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_validation import ValidationPolicy, validate_batches
 from protocol.records import InvalidRecordError, scan_batches

@@ -14,7 +14,7 @@ import structlog
 from broker.security.sasl import SaslListener
 from broker.security.sasl_server import SaslAuthenticationFailed
 from broker.server.context import Handler, RequestContext
-from broker.server.timer import SystemTimer
+from broker.utils.timer import SystemTimer
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 

@@ -26,7 +26,7 @@ from broker.group.group_metadata import (
 from broker.network.request_channel import Request, Response
 from broker.server.context import RequestContext
 from broker.server.group_apis import GroupApis
-from broker.server.timer import SystemTimer
+from broker.utils.timer import SystemTimer
 from protocol import api
 from protocol.framing import RequestHeader
 

@@ -1,4 +1,4 @@
-"""Delayed operations and their purgatory: produce acks=all, fetch waits, group joins."""
+"""Delayed operations and their purgatory: fetch waits and group joins."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Hashable, Iterable
 
-from broker.server.timer import SystemTimer, TimerTask
+from broker.utils.timer import SystemTimer, TimerTask
 
 
 class DelayedOperation(ABC):

@@ -1,0 +1,2 @@
+"""Utilities shared by the broker's packages (Kafka's kafka.utils): the timer and the purgatory
+of delayed operations."""
