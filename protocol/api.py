@@ -207,7 +207,7 @@ def _zero_for(hint: Any, kafka_type: str | None) -> Callable[[], Any]:
 
         return lambda: uuid.UUID(int=0)
     if kafka_type == "error_code":
-        from kio.schema.errors import ErrorCode
+        from protocol.errors import ErrorCode
 
         return lambda: ErrorCode.none
     if kafka_type == "datetime_i64":

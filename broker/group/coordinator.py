@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from kio.schema.errors import ErrorCode
 
 from broker.group.group_metadata import (
     CONSUMER_PROTOCOL_TYPE,
@@ -40,6 +39,7 @@ from broker.group.group_metadata import (
 )
 from broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
 from broker.utils.timer import SystemTimer, TimerTask
+from protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kio.schema.errors import ErrorCode
+from protocol.errors import ErrorCode
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 NO_PROTOCOL = ""

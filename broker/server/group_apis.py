@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
-from kio.schema.errors import ErrorCode
 
 from broker.group.coordinator import (
     GroupCoordinator,
@@ -37,6 +36,7 @@ from broker.group.group_metadata import (
 from broker.security.acl import AclOperation, AclResourceType
 from broker.server.context import Handler, RequestContext
 from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from kio.index import UnknownEntity
-from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
@@ -27,6 +26,7 @@ from kio.static.constants import EntityType
 
 from broker.server.request_metrics import request_name
 from protocol import api
+from protocol.errors import ErrorCode
 
 LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 4, 5, 6
 FIRST_FLEXIBLE = {LEADER_AND_ISR: 4, STOP_REPLICA: 2, UPDATE_METADATA: 6}

@@ -11,7 +11,6 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
-from kio.schema.errors import ErrorCode
 
 from broker.config.endpoint import SecurityProtocol
 from broker.group.coordinator import GroupConfig, GroupCoordinator, MemberIdentity
@@ -28,6 +27,7 @@ from broker.server.context import RequestContext
 from broker.server.group_apis import GroupApis
 from broker.utils.timer import SystemTimer
 from protocol import api
+from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 
 TOPICS = {"t": 6, "u": 2}
