@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import random
 import shutil
@@ -27,9 +28,17 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-from fuzz_drive import Driver, Tally, Target
-from fuzz_frames import API_VERSIONS, Frame, FrameSource
-from fuzz_watch import Broker, Usage, attach_broker, dump_frames, findings_json, scan_log
+from fuzz_drive import Driver, Plan, Tally, Target
+from fuzz_frames import API_VERSIONS, FrameSource
+from fuzz_watch import (
+    Broker,
+    LogFindings,
+    Usage,
+    attach_broker,
+    dump_frames,
+    findings_json,
+    scan_log,
+)
 from fuzz_watch import start_broker as start_serve
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
@@ -160,7 +169,8 @@ def _back(after: Usage, baseline: Usage, args: argparse.Namespace) -> tuple[bool
             after.rss_mb <= baseline.rss_mb + args.rss_margin_mb)
 
 
-async def fuzz(args: argparse.Namespace, broker: Broker, work: Path) -> dict[str, Any]:
+async def fuzz(args: argparse.Namespace, broker: Broker, work: Path
+               ) -> tuple[dict[str, Any], Driver]:
     skip = {int(k) for k in args.skip_api.split(",") if k}
     plain = broker.listeners["PLAINTEXT"]
     source = FrameSource(served_versions(plain, skip))
@@ -194,22 +204,21 @@ async def fuzz(args: argparse.Namespace, broker: Broker, work: Path) -> dict[str
         grown = broker.fd_targets()
         grown.subtract(baseline_fds)
         result["broker"]["fds_grown"] = {t: n for t, n in grown.items() if n}
-    return result
+    return result, driver
 
 
-def warm_up(source: FrameSource, targets: list[Target], seed: int
-            ) -> list[tuple[Target, list[Frame]]]:
+def warm_up(source: FrameSource, targets: list[Target], seed: int) -> list[Plan]:
     """One valid frame of every served (api, version) on the first listener, and an
     ApiVersions on every listener for each network thread it may have: the broker's
     lazily built state (codecs, each event loop's reserve fd) exists before the baseline."""
     plans = []
     for key, version in source.pairs:
         rng = random.Random(f"{seed}:warm:{key}:{version}")
-        plans.append((targets[0], [source.valid(rng, key, version)]))
+        plans.append(Plan(targets[0], "plain", [source.valid(rng, key, version)]))
     for target in targets:
         for i in range(WARM_CONNECTIONS):
             rng = random.Random(f"{seed}:warm:{target.port}:{i}")
-            plans.append((target, [source.valid(rng, API_VERSIONS, 3)]))
+            plans.append(Plan(target, "plain", [source.valid(rng, API_VERSIONS, 3)]))
     return plans
 
 
@@ -249,6 +258,26 @@ def summary(args: argparse.Namespace, tally: Tally, warm: Tally, watch: Watch,
     }
 
 
+def log_cases(found: LogFindings, driver: Driver) -> dict[str, list[dict[str, Any]]]:
+    """For each group of bad log lines, the frames of up to three connections behind them
+    (regenerated from the seed: a connection's plan is deterministic)."""
+    cases: dict[str, list[dict[str, Any]]] = {}
+    for group, seen in found.cases.items():
+        for connection_id, stamp in seen:
+            port = int(connection_id.split("-")[1].rsplit(":", 1)[1])
+            when = datetime.datetime.fromisoformat(stamp).timestamp()
+            conn = driver.tally.connection_at(port, when)
+            if conn is None:
+                continue
+            plan = driver.plan(conn)
+            cases.setdefault(group, []).append({
+                "connection": conn, "listener_sasl": plan.target.sasl, "style": plan.style,
+                "frames": [{"kind": f.kind, "api_key": f.api_key, "api_version": f.api_version,
+                            "hex": f.data.hex()[:8192]} for f in plan.frames],
+            })
+    return cases
+
+
 def failures(result: dict[str, Any]) -> list[str]:
     found = []
     if result["deaths"]:
@@ -277,14 +306,16 @@ def main(argv: list[str] | None = None) -> int:
         log(f"cannot set up the broker: {exc}")
         return 2
     try:
-        result = uvloop.run(fuzz(args, broker, work))
+        result, driver = uvloop.run(fuzz(args, broker, work))
     except OSError as exc:  # the broker never answered ApiVersions
         log(f"cannot reach the broker: {exc!r}")
         return 2
     finally:
         exit_code = broker.stop()
     result["shutdown_exit_code"] = exit_code
-    result["log"] = findings_json(scan_log(broker.log_text()))
+    found = scan_log(broker.log_text())
+    result["log"] = findings_json(found)
+    result["log_cases"] = log_cases(found, driver)
     result["failures"] = failures(result)
     result["ok"] = not result["failures"]
     keep = args.work_dir is not None or not result["ok"]

@@ -23,6 +23,7 @@ from fuzz_frames import PROBE, PROBE_CORRELATION, PRODUCE, Frame, FrameSource
 
 PARKABLE = frozenset({1, 11, 14})  # Fetch, JoinGroup, SyncGroup
 HUNG_CASES_KEPT = 50
+WRITE_TIMEOUT = 30.0
 
 
 @dataclass
@@ -37,15 +38,22 @@ class Tally:
     connect_errors: int = 0
     hung_cases: list[dict[str, object]] = field(default_factory=list)
     recent: deque[tuple[int, Frame]] = field(default_factory=lambda: deque(maxlen=200))
+    # client port -> (wall-clock start, connection number), to match broker log lines
+    ports: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
+
+    def connection_at(self, port: int, when: float) -> int | None:
+        """The connection that had ``port`` at wall-clock time ``when``."""
+        started = [conn for t, conn in self.ports.get(port, ()) if t <= when + 0.5]
+        return started[-1] if started else None
 
     def record(self, frame: Frame, outcome: str) -> None:
         self.outcomes[outcome] += 1
         self.by_kind[f"{frame.kind}|{outcome}"] += 1
 
-    def record_hang(self, conn: int, frame: Frame, outcome: str) -> None:
+    def record_hang(self, conn: int, style: str, frame: Frame, outcome: str) -> None:
         self.record(frame, outcome)
         if outcome == "hung" and len(self.hung_cases) < HUNG_CASES_KEPT:
-            self.hung_cases.append({"connection": conn, "kind": frame.kind,
+            self.hung_cases.append({"connection": conn, "style": style, "kind": frame.kind,
                                     "api_key": frame.api_key, "api_version": frame.api_version,
                                     "hex": frame.data.hex()})
 
@@ -58,6 +66,24 @@ class Target:
     host: str
     port: int
     sasl: bool = False
+
+
+# How a connection behaves around its frames, with its weight.
+STYLES = {
+    "plain": 80,
+    "dribble": 8,  # each frame written a few bytes at a time
+    "half_close": 7,  # the write side shut after the last frame
+    "abandon": 5,  # closed right after the last frame is written, nothing read
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One connection: where, how, and which frames."""
+
+    target: Target
+    style: str
+    frames: list[Frame]
 
 
 class Driver:
@@ -78,15 +104,16 @@ class Driver:
         self._numbers = itertools.count()
         self._start = time.monotonic()
 
-    def plan(self, conn: int) -> tuple[Target, list[Frame]]:
-        """Connection ``conn``'s listener and frames: the same for the same seed."""
+    def plan(self, conn: int) -> Plan:
+        """Connection ``conn``: the same for the same seed."""
         rng = random.Random(f"{self.seed}:{conn}")
         target = rng.choices(self.targets, [1 if t.sasl else 3 for t in self.targets])[0]
+        style = rng.choices(list(STYLES), list(STYLES.values()))[0]
         frames: list[Frame] = []
         if target.sasl and rng.random() < 0.5:
             frames += self.source.sasl_prelude(rng)
         frames += [self.source.frame(rng) for _ in range(rng.randint(1, self.per_connection))]
-        return target, frames
+        return Plan(target, style, frames)
 
     async def run(self, deadline: float, stop: Callable[[], bool]) -> Tally:
         self._start = time.monotonic()
@@ -95,15 +122,15 @@ class Driver:
         await asyncio.gather(*workers)
         return self.tally
 
-    async def replay(self, plans: list[tuple[Target, list[Frame]]], concurrency: int) -> Tally:
+    async def replay(self, plans: list[Plan], concurrency: int) -> Tally:
         """Run the given connections, ``concurrency`` at a time."""
         gate = asyncio.Semaphore(concurrency)
 
-        async def one(conn: int, target: Target, frames: list[Frame]) -> None:
+        async def one(conn: int, plan: Plan) -> None:
             async with gate:
-                await self._connection(conn, target, frames)
+                await self._connection(conn, plan)
 
-        await asyncio.gather(*(one(i, t, f) for i, (t, f) in enumerate(plans)))
+        await asyncio.gather(*(one(i, plan) for i, plan in enumerate(plans)))
         return self.tally
 
     async def _worker(self, deadline: float, stop: Callable[[], bool]) -> None:
@@ -113,42 +140,83 @@ class Driver:
                 if ahead > 0:
                     await asyncio.sleep(ahead)
             conn = next(self._numbers)
-            target, frames = self.plan(conn)
-            await self._connection(conn, target, frames[: self.frames - self.tally.sent])
+            plan = self.plan(conn)
+            left = self.frames - self.tally.sent
+            await self._connection(conn, Plan(plan.target, plan.style, plan.frames[:left]))
 
-    async def _connection(self, conn: int, target: Target, frames: list[Frame]) -> None:
+    async def _connection(self, conn: int, plan: Plan) -> None:
         try:
-            reader, writer = await asyncio.open_connection(target.host, target.port)
+            reader, writer = await asyncio.open_connection(plan.target.host, plan.target.port)
         except OSError:
             self.tally.connect_errors += 1
             return
         self.tally.connections += 1
+        port = writer.get_extra_info("sockname")[1]
+        self.tally.ports.setdefault(port, []).append((time.time(), conn))
         try:
-            for frame in frames:
-                probe = frame.api_key == PRODUCE
-                self.tally.sent += 1
-                self.tally.kinds[frame.kind] += 1
-                self.tally.recent.append((conn, frame))
-                try:
-                    writer.write(frame.data + PROBE if probe else frame.data)
-                    outcome = await asyncio.wait_for(_outcome(reader, frame, probe), self.timeout)
-                except TimeoutError:
-                    hang = "parked" if frame.api_key in PARKABLE else "hung"
-                    self.tally.record_hang(conn, frame, hang)
-                    return
-                except OSError:
-                    outcome = "closed"
-                self.tally.record(frame, outcome)
-                if outcome == "closed":
+            for i, frame in enumerate(plan.frames):
+                last = i == len(plan.frames) - 1
+                if not await self._exchange(conn, plan.style if last else "plain", frame,
+                                            reader, writer, last):
                     return
         finally:
             writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+            with contextlib.suppress(OSError, TimeoutError):
+                await asyncio.wait_for(writer.wait_closed(), self.timeout)
+
+    async def _exchange(self, conn: int, style: str, frame: Frame,
+                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        last: bool) -> bool:
+        """Send one frame and wait for its outcome; False when the connection is done."""
+        probe = frame.api_key == PRODUCE
+        data = frame.data + PROBE if probe else frame.data
+        self.tally.sent += 1
+        self.tally.kinds[frame.kind] += 1
+        self.tally.recent.append((conn, frame))
+        try:
+            # a dribble takes its time to write; the deadline counts from the last byte
+            await asyncio.wait_for(_write(writer, data, style == "dribble"), WRITE_TIMEOUT)
+            outcome = await asyncio.wait_for(_wait(reader, writer, frame, style, probe),
+                                             self.timeout)
+        except TimeoutError:
+            hang = "parked" if frame.api_key in PARKABLE else "hung"
+            self.tally.record_hang(conn, style, frame, hang)
+            return False
+        except (OSError, RuntimeError):  # RuntimeError: uvloop's write on a closed socket
+            outcome = "closed"
+        self.tally.record(frame, outcome)
+        return outcome != "closed" and not last
+
+
+async def _wait(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                frame: Frame, style: str, probe: bool) -> str:
+    """The outcome of a frame just written, as ``style`` asks."""
+    if style == "abandon":
+        return "abandoned"
+    if style == "half_close" and writer.can_write_eof():
+        writer.write_eof()
+    return await _outcome(reader, frame, probe)
+
+
+async def _write(writer: asyncio.StreamWriter, data: bytes, dribble: bool) -> None:
+    """Write ``data``; ``dribble`` writes up to its first 4 KiB a few bytes at a time."""
+    if not dribble:
+        writer.write(data)
+        return
+    pos = 0
+    while pos < min(len(data), 4096) and not writer.is_closing():
+        step = 1 + (pos * 7 + len(data)) % 13  # uneven, but the same for the same frame
+        writer.write(data[pos:pos + step])
+        await writer.drain()
+        await asyncio.sleep(0.001)
+        pos += step
+    if pos < len(data) and not writer.is_closing():
+        writer.write(data[pos:])
 
 
 async def _outcome(reader: asyncio.StreamReader, frame: Frame, probe: bool) -> str:
-    """``answered``, ``answered_other`` (a response with another correlation id),
+    """``answered``, ``answered_other`` (a response with another correlation id, or a
+    frame too short to have one),
     ``no_answer_due`` (only the probe came back) or ``closed``."""
     wanted = frame.correlation_id
     got_answer = False
@@ -158,6 +226,8 @@ async def _outcome(reader: asyncio.StreamReader, frame: Frame, probe: bool) -> s
             response = await reader.readexactly(size)
         except (asyncio.IncompleteReadError, ConnectionError):
             return "answered" if got_answer else "closed"
+        if len(response) < 4:  # a raw SASL token (SaslHandshake v0) or an empty frame
+            return "answered_other"
         (correlation,) = struct.unpack_from(">i", response, 0)
         if probe and correlation == PROBE_CORRELATION:
             return "answered" if got_answer else "no_answer_due"

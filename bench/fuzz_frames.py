@@ -7,17 +7,22 @@ number give the same bytes on every run.
 
 from __future__ import annotations
 
+import datetime
 import random
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fuzz_schema import BodyWriter, Twist
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.static.primitive import i16, i32
 
 from protocol import api
 from protocol.body_scan import write_uvarint
+from protocol.records import Record, build_batch
 
 PROBE_CORRELATION = 0x7FFFFFF0
+LARGE_TOPIC = "fuzz-large"  # not in fuzz_schema.NAMES: no fuzzed request creates it
 PRODUCE, METADATA, API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 0, 3, 18, 17, 36
 EXTREME_32 = (0x7FFFFFFF, 0xFFFFFFFE, 0x80000000, 0xFFFFFFFF, 0x00000000, 0x7FFFFFFE)
 EXTREME_16 = (0x7FFF, 0xFFFF, 0x8000, 0xFFFE)
@@ -127,6 +132,11 @@ class FrameSource:
 
     def _targeted(self, rng: random.Random) -> Frame:
         shape = rng.choice(_SHAPES)
+        if shape == "oversize_prefix":  # beyond socket.request.max.bytes, or negative
+            claimed = rng.choice((0x7FFFFFFF, 0x10000000, -1, -0x80000000))
+            key, version = rng.choice(self.pairs)
+            data = struct.pack(">i", claimed) + header(rng, key, version)
+            return Frame(shape, key, version, data)
         if shape in Twist.__members__:
             key, version = rng.choice(self.pairs)
             writer = BodyWriter(rng, Twist[shape])
@@ -225,7 +235,27 @@ def _short(src: FrameSource, rng: random.Random) -> tuple[int, int, bytes]:
     return key, version, full[: rng.randint(0, min(len(full), 11))]
 
 
+def _large(src: FrameSource, rng: random.Random) -> tuple[int, int, bytes]:
+    """64 KiB to 2 MiB: a Produce v9 of one big record to a topic that never exists (the
+    log keeps records in memory: RSS would grow by design), or random bytes behind a
+    header."""
+    size = rng.randint(1 << 16, 1 << 21)
+    if rng.random() < 0.5 or 9 not in src.served.get(PRODUCE, ()):
+        key, version = rng.choice(src.pairs)
+        return key, version, header(rng, key, version) + rng.randbytes(size)
+    batch = build_batch([Record(key=None, value=rng.randbytes(size), timestamp=0)])
+    request = ProduceRequest(
+        transactional_id=None, acks=i16(rng.choice((0, 1, -1))),
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=(TopicProduceData(name=LARGE_TOPIC, partition_data=(
+            PartitionProduceData(index=i32(0), records=batch),)),),
+    )
+    body = api.encode(request)
+    return PRODUCE, 9, header(rng, PRODUCE, 9) + body
+
+
 _SHAPE_MAKERS = {
+    "large": _large,
     "api_versions_unknown_tag": _api_versions_unknown_tag,
     "metadata_id_null_name": _metadata_id_null_name,
     "header_tags": _header_tags,
@@ -233,4 +263,4 @@ _SHAPE_MAKERS = {
     "bad_client_id": _bad_client_id,
     "short_header": _short,
 }
-_SHAPES = (*Twist.__members__, *_SHAPE_MAKERS)
+_SHAPES = (*Twist.__members__, *_SHAPE_MAKERS, "oversize_prefix")

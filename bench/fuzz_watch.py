@@ -136,6 +136,14 @@ class LogFindings:
     handler_failures: Counter[str] = field(default_factory=Counter)
     warnings: Counter[str] = field(default_factory=Counter)
     samples: dict[str, str] = field(default_factory=dict)
+    # group -> up to three (connection id, timestamp) of the lines, to find their frames
+    cases: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+
+    def note_case(self, group: str, event: dict[str, object]) -> None:
+        connection, stamp = event.get("connection"), event.get("timestamp")
+        seen = self.cases.setdefault(group, [])
+        if isinstance(connection, str) and isinstance(stamp, str) and len(seen) < 3:
+            seen.append((connection, stamp))
 
 
 def scan_log(text: str) -> LogFindings:
@@ -148,11 +156,15 @@ def scan_log(text: str) -> LogFindings:
         level = event.get("level")
         if level in ("error", "critical"):
             found.errors[group] += 1
+            found.note_case(f"error: {group}", event)
         if "exception" in event or "exc_info" in event:
             found.tracebacks[group] += 1
             found.samples.setdefault(group, str(event.get("exception", ""))[-2000:])
+            found.note_case(f"traceback: {group}", event)
         if event.get("event") == "request failed":
-            found.handler_failures[f"{event.get('api')}|{event.get('reason')}"] += 1
+            failure = f"{event.get('api')}|{event.get('reason')}"
+            found.handler_failures[failure] += 1
+            found.note_case(f"request failed: {failure}", event)
         elif level == "warning":
             found.warnings[str(event.get("event"))] += 1
     raw = [line for line in text.splitlines() if not line.startswith("{")]
