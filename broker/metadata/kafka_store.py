@@ -127,6 +127,11 @@ class TopicAssignment:
         )
 
 
+def _config_json(configs: dict[str, str]) -> bytes:
+    """A ``/config/<type>/<name>`` document."""
+    return json.dumps({"version": 1, "config": configs}).encode()
+
+
 def _encode_uuid(value: uuid.UUID) -> str:
     """Kafka writes topic ids in URL-safe base64 without padding."""
     return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
@@ -206,11 +211,15 @@ class KafkaMetadataClient:
     def create_topic(
         self, topic: str, assignment: TopicAssignment, configs: dict[str, str]
     ) -> None:
-        """Write the topic's config then its assignment (NodeExistsError if it exists)."""
+        """Write the topic's config then its assignment (NodeExistsError if it exists), as
+        one durable batch with what the controller writes when it sees the assignment.
+        Like Kafka's ``AdminZkClient``, no config change notification: nobody has the new
+        topic's config yet."""
         if self.store.exists(f"/brokers/topics/{topic}") is not None:
             raise NodeExistsError(topic)
-        self.set_entity_config("topics", topic, configs)
-        self.store.create(f"/brokers/topics/{topic}", assignment.to_json(), makepath=True)
+        with self.store.batch():
+            self.store.set_or_create(f"/config/topics/{topic}", _config_json(configs))
+            self.store.create(f"/brokers/topics/{topic}", assignment.to_json(), makepath=True)
 
     def set_assignment(self, topic: str, assignment: TopicAssignment) -> None:
         """Replace the assignment of an existing topic (partitions added)."""
@@ -218,9 +227,10 @@ class KafkaMetadataClient:
 
     def delete_topic(self, topic: str) -> None:
         """Remove the topic's assignment, partition states and config."""
-        for path in (f"/brokers/topics/{topic}", f"/config/topics/{topic}"):
-            with contextlib.suppress(NoNodeError):
-                self.store.delete(path, recursive=True)
+        with self.store.batch():
+            for path in (f"/brokers/topics/{topic}", f"/config/topics/{topic}"):
+                with contextlib.suppress(NoNodeError):
+                    self.store.delete(path, recursive=True)
 
     def set_partition_state(self, topic: str, partition: int, state: PartitionStateRecord) -> None:
         """Write a partition's leader and ISR."""
@@ -247,17 +257,15 @@ class KafkaMetadataClient:
 
     def set_entity_config(self, entity_type: str, name: str, configs: dict[str, str]) -> None:
         """Write ``/config/<type>/<name>`` and announce it under ``/config/changes``."""
-        self.store.set_or_create(
-            f"/config/{entity_type}/{name}",
-            json.dumps({"version": 1, "config": configs}).encode(),
-        )
-        self.store.create(
-            "/config/changes/config_change_",
-            json.dumps({"version": 2, "entity_path": f"{entity_type}/{name}"}).encode(),
-            sequential=True,
-            makepath=True,
-        )
-        self._purge_config_changes()
+        with self.store.batch():
+            self.store.set_or_create(f"/config/{entity_type}/{name}", _config_json(configs))
+            self.store.create(
+                "/config/changes/config_change_",
+                json.dumps({"version": 2, "entity_path": f"{entity_type}/{name}"}).encode(),
+                sequential=True,
+                makepath=True,
+            )
+            self._purge_config_changes()
 
     def _purge_config_changes(self) -> None:
         """Drop change notifications older than Kafka's 15 minutes."""

@@ -1,21 +1,34 @@
 """MetadataStore: a ZooKeeper-shaped tree of znodes, and its embedded implementation.
 
 The embedded store keeps the tree in memory and persists every persistent node under
-``log.dirs`` so topics, configs and the cluster id survive a restart. Ephemeral nodes
-live as long as the store (the broker process).
+``log.dirs`` (a snapshot and a change log, see ``store_log``) so topics, configs and the
+cluster id survive a restart; a change costs one appended, fsynced record. Ephemeral
+nodes live as long as the store (the broker process).
 """
 
 from __future__ import annotations
 
-import base64
+import contextlib
 import dataclasses
-import json
-import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+
+import structlog
+
+from broker.metadata.store_log import (
+    SNAPSHOT_MIN_BYTES,
+    NodeImage,
+    Op,
+    StoreLog,
+    image_data,
+    node_image,
+)
+
+log = structlog.get_logger(__name__)
 
 Watcher = Callable[[str], None]
 
@@ -99,6 +112,12 @@ class MetadataStore(ABC):
     def close(self) -> None:
         """Release the store; ephemeral nodes of this session disappear."""
 
+    def batch(self) -> AbstractContextManager[None]:
+        """Make the changes this thread makes inside the block durable together, when it
+        ends (the embedded store's one log record); each change still applies, and is
+        seen, at once. ZooKeeper's writes are each durable on return: a no-op there."""
+        return contextlib.nullcontext()
+
     def set_or_create(self, path: str, data: bytes) -> None:
         """Write ``data`` at ``path``, creating it (and its parents) when missing."""
         try:
@@ -124,61 +143,92 @@ def _split(path: str) -> list[str]:
 
 
 class EmbeddedMetadataStore(MetadataStore):
-    """In-process store; persistent nodes are saved to ``<dir>/kplane-metadata.json``."""
+    """In-process store; persistent nodes are kept under ``directory`` by a StoreLog
+    (a snapshot, ``kplane-metadata.json``, and a change log beside it)."""
 
-    FILE_NAME = "kplane-metadata.json"
-
-    def __init__(self, directory: str | None) -> None:
+    def __init__(self, directory: str | None, snapshot_min_bytes: int = SNAPSHOT_MIN_BYTES) -> None:
         self._root = _Node(b"", Stat())
         self._lock = threading.RLock()
         self._child_watchers: dict[str, list[Watcher]] = {}
         self._data_watchers: dict[str, list[Watcher]] = {}
-        self._file = os.path.join(directory, self.FILE_NAME) if directory else None
-        if self._file and os.path.exists(self._file):
-            self._load()
+        self._pending: list[Op] = []
+        self._batching = threading.local()
+        self._log = StoreLog(directory, snapshot_min_bytes) if directory else None
+        if self._log is not None:
+            recovered = self._log.recover()
+            for path in sorted(recovered.nodes, key=lambda p: p.count("/")):
+                self._put(path, recovered.nodes[path])
+            for op in recovered.ops:
+                self._redo(op)
 
     # persistence -------------------------------------------------------------------
-    def _load(self) -> None:
-        assert self._file is not None
-        with open(self._file, encoding="utf-8") as fh:
-            nodes = json.load(fh)["nodes"]
-        for path in sorted(nodes, key=lambda p: p.count("/")):
-            entry = nodes[path]
-            node = self._root
-            for part in _split(path):
-                node = node.children.setdefault(part, _Node(b"", Stat()))
-            node.data = base64.b64decode(entry["data"])
-            node.stat = Stat(
-                entry["version"], False, entry["ctime"], entry["mtime"], entry.get("cversion", 0)
-            )
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        with self._lock:
+            self._batching.depth = getattr(self._batching, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._batching.depth -= 1
+                if not self._batching.depth:
+                    self._commit()
 
-    def _save(self) -> None:
-        if self._file is None:
+    def _changed(self, ops: list[Op]) -> None:
+        """Record changes already made to the tree (under the lock); durable at once, or
+        at the end of this thread's batch."""
+        self._pending.extend(ops)
+        if not getattr(self._batching, "depth", 0):
+            self._commit()
+
+    def _commit(self) -> None:
+        if self._log is None or not self._pending:
+            self._pending.clear()
             return
-        nodes: dict[str, dict[str, object]] = {}
+        self._log.append(self._pending)
+        self._pending = []
+        if self._log.snapshot_due:
+            try:
+                self._log.write_snapshot(self._images())
+            except OSError as exc:  # the log still has every change: try again later
+                log.warning("metadata snapshot failed", error=repr(exc))
 
-        def walk(node: _Node, path: str) -> None:
+    def _images(self) -> dict[str, NodeImage]:
+        """Every persistent node, parents before children."""
+        images: dict[str, NodeImage] = {}
+        stack = [("", self._root)]
+        while stack:
+            path, node = stack.pop()
             for name, child in node.children.items():
-                child_path = f"{path}/{name}"
-                if child.stat.ephemeral:
-                    continue
-                nodes[child_path] = {
-                    "data": base64.b64encode(child.data).decode(),
-                    "version": child.stat.version,
-                    "ctime": child.stat.ctime_ms,
-                    "mtime": child.stat.mtime_ms,
-                    "cversion": child.stat.cversion,
-                }
-                walk(child, child_path)
+                if not child.stat.ephemeral:
+                    child_path = f"{path}/{name}"
+                    images[child_path] = _image(child)
+                    stack.append((child_path, child))
+        return images
 
-        walk(self._root, "")
-        os.makedirs(os.path.dirname(self._file), exist_ok=True)
-        tmp = self._file + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"version": 1, "nodes": nodes}, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self._file)
+    def _put(self, path: str, image: NodeImage) -> None:
+        node = self._root
+        for part in _split(path):
+            node = node.children.setdefault(part, _Node(b"", Stat()))
+        node.data = image_data(image)
+        node.stat = Stat(
+            image["version"], False, image["ctime"], image["mtime"], image.get("cversion", 0)
+        )
+
+    def _redo(self, op: Op) -> None:
+        """Apply one logged change again."""
+        kind, path = op[0], op[1]
+        if kind == "put":
+            self._put(path, op[2])
+            return
+        try:
+            if kind == "cversion":
+                self._find(path).stat.cversion = op[2]
+            else:
+                parts = _split(path)
+                del self._find("/" + "/".join(parts[:-1])).children[parts[-1]]
+        except (NoNodeError, KeyError):
+            log.warning("metadata log change skipped: no such node", op=kind, path=path)
 
     # tree --------------------------------------------------------------------------
     def _find(self, path: str) -> _Node:
@@ -205,16 +255,20 @@ class EmbeddedMetadataStore(MetadataStore):
         with self._lock:
             node = self._root
             walked = ""
+            created: list[tuple[str, _Node]] = []  # parents made on the way
             for part in parts[:-1]:
                 child = node.children.get(part)
                 if child is None:
                     if not makepath:
                         raise NoNodeError(path)
+                    if not created:
+                        anchor = walked or "/", node
                     now = _now_ms()
                     child = _Node(b"", Stat(0, False, now, now))
                     node.children[part] = child
                     node.stat.cversion += 1
                     fired.append((self._child_watchers, walked or "/"))
+                    created.append((walked + "/" + part, child))
                 node = child
                 walked += "/" + part
             if sequential:
@@ -222,13 +276,21 @@ class EmbeddedMetadataStore(MetadataStore):
                 path = walked + "/" + parts[-1]
             if parts[-1] in node.children:
                 raise NodeExistsError(path)
+            if not created:
+                anchor = walked or "/", node
             now = _now_ms()
-            node.children[parts[-1]] = _Node(data, Stat(0, ephemeral, now, now))
+            new = _Node(data, Stat(0, ephemeral, now, now))
+            node.children[parts[-1]] = new
             node.stat.cversion += 1
             fired.append((self._child_watchers, walked or "/"))
             fired.append((self._data_watchers, path))
             if not ephemeral:
-                self._save()
+                created.append((path, new))
+            if created:  # an ephemeral node alone is not persisted, nor its parent's cversion
+                self._changed(
+                    [["cversion", anchor[0], anchor[1].stat.cversion]]
+                    + [["put", p, _image(n)] for p, n in created]
+                )
         self._fire(fired)
         return path
 
@@ -246,7 +308,7 @@ class EmbeddedMetadataStore(MetadataStore):
             node.stat.version += 1
             node.stat.mtime_ms = _now_ms()
             if not node.stat.ephemeral:
-                self._save()
+                self._changed([["put", path, _image(node)]])
             stat = dataclasses.replace(node.stat)
         self._fire([(self._data_watchers, path)])
         return stat
@@ -262,8 +324,9 @@ class EmbeddedMetadataStore(MetadataStore):
                 raise NotEmptyError(path)
             del parent.children[parts[-1]]
             parent.stat.cversion += 1
-            self._save()
-        parent_path = "/" + "/".join(parts[:-1])
+            parent_path = "/" + "/".join(parts[:-1])
+            if not node.stat.ephemeral:
+                self._changed([["delete", path], ["cversion", parent_path, parent.stat.cversion]])
         self._fire([(self._child_watchers, parent_path), (self._data_watchers, path)])
 
     def exists(self, path: str) -> Stat | None:
@@ -292,12 +355,19 @@ class EmbeddedMetadataStore(MetadataStore):
     def close(self) -> None:
         with self._lock:
             self._drop_ephemeral(self._root)
+            if self._log is not None:
+                self._log.close()
 
     def _drop_ephemeral(self, node: _Node) -> None:
         for name in [n for n, c in node.children.items() if c.stat.ephemeral]:
             del node.children[name]
         for child in node.children.values():
             self._drop_ephemeral(child)
+
+
+def _image(node: _Node) -> NodeImage:
+    stat = node.stat
+    return node_image(node.data, stat.version, stat.ctime_ms, stat.mtime_ms, stat.cversion)
 
 
 def _now_ms() -> int:
