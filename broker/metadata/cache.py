@@ -63,17 +63,22 @@ class MetadataCache:
     ) -> None:
         """Replace parts of the snapshot; ``topics`` are upserted, ``removed_topics`` dropped."""
         old = self.snapshot
+        upserted = list(topics or ())
         new_topics = dict(old.topics)
-        for name in removed_topics:
-            new_topics.pop(name, None)
-        for topic in topics or ():
+        topic_ids = dict(old.topic_ids)  # copied, not rebuilt: no UUID hashed per topic held
+        for name in [*removed_topics, *(t.name for t in upserted)]:
+            gone = new_topics.pop(name, None)
+            if gone is not None:
+                topic_ids.pop(gone.topic_id, None)
+        for topic in upserted:
             new_topics[topic.name] = topic
+            topic_ids[topic.topic_id] = topic.name
         self.snapshot = MetadataSnapshot(
             old.cluster_id,
             old.controller_id if controller_id is None else controller_id,
             old.brokers if brokers is None else {b.broker_id: b for b in brokers},
             new_topics,
-            {t.topic_id: t.name for t in new_topics.values()},
+            topic_ids,
         )
 
     def alive_endpoints(self, listener_name: str) -> list[tuple[int, EndPoint, str | None]]:
