@@ -64,6 +64,7 @@ class KafkaController:
         self._lock = threading.RLock()
         self._brokers: dict[int, BrokerRegistration] = {}
         self._states: dict[tuple[str, int], PartitionState] = {}
+        self._assigned: set[str] = set()  # the topics in _states
         self._watched_brokers: set[int] = set()
         self._watched_topics: set[str] = set()
         self._watching = False
@@ -114,6 +115,7 @@ class KafkaController:
                 self.channels.remove_broker(broker_id)
             self._brokers.clear()
             self._states.clear()
+            self._assigned.clear()
 
     def _bump_epoch(self) -> int:
         store = self.client.store
@@ -203,8 +205,8 @@ class KafkaController:
             if not self.active:
                 return
             current = set(self.client.get_topics())
-            known = {t for t, _ in self._states}
-            for topic in sorted(current):
+            known = set(self._assigned)
+            for topic in sorted(current - self._watched_topics):
                 self._watch_topic(topic)
             for topic in sorted(current - known):
                 self._topic_assigned(topic)
@@ -215,7 +217,7 @@ class KafkaController:
     def _assignment_changed(self, path: str) -> None:
         topic = path.rsplit("/", 1)[-1]
         with self._lock:
-            if self.active and topic in {t for t, _ in self._states}:
+            if self.active and topic in self._assigned:
                 self._topic_assigned(topic)
 
     def _topic_assigned(self, topic: str) -> None:
@@ -254,6 +256,7 @@ class KafkaController:
                 assignment.topic_id,
             )
             self._states[(topic, index)] = state
+            self._assigned.add(topic)
             changed.append(state)
         return changed
 
@@ -261,6 +264,7 @@ class KafkaController:
         states = [s for (t, _), s in self._states.items() if t == topic]
         for s in states:
             del self._states[(s.topic, s.partition)]
+        self._assigned.discard(topic)
         deleting = [
             PartitionState(s.topic, s.partition, LEADER_DURING_DELETE, s.leader_epoch, (), ())
             for s in states
