@@ -54,6 +54,12 @@ def validate_batches(
 ) -> None:
     """Check every batch of ``buffer`` (found by ``scan_batches``); raise on the first
     failure, so that a refused request appends nothing."""
+    if len(batches) != 1:  # Kafka's ProduceRequest.validateRecords, for every version served
+        raise InvalidRecordError(
+            ErrorCode.invalid_record,
+            f"Produce requests with version {policy.produce_version} are only allowed to "
+            "contain exactly one record batch per partition.",
+        )
     for batch in batches:
         _check_batch_fields(batch, policy)
         records, start, end = _records(buffer, batch, policy)

@@ -184,52 +184,6 @@ DOUBLE_MAX = sys.float_info.max
 """Java's ``Double.MAX_VALUE``."""
 
 
-NOT_YET_HONOURED = frozenset(
-    {
-        "background.threads",
-        "num.replica.fetchers",
-        "num.recovery.threads.per.data.dir",
-        "log.segment.bytes",
-        "log.roll.ms",
-        "log.roll.hours",
-        "log.roll.jitter.ms",
-        "log.roll.jitter.hours",
-        "log.retention.hours",
-        "log.retention.minutes",
-        "log.retention.ms",
-        "log.retention.bytes",
-        "log.cleanup.policy",
-        "log.cleaner.enable",
-        "log.cleaner.threads",
-        "log.cleaner.io.max.bytes.per.second",
-        "log.cleaner.dedupe.buffer.size",
-        "log.cleaner.io.buffer.size",
-        "log.cleaner.io.buffer.load.factor",
-        "log.cleaner.backoff.ms",
-        "log.cleaner.min.cleanable.ratio",
-        "log.cleaner.delete.retention.ms",
-        "log.cleaner.min.compaction.lag.ms",
-        "log.cleaner.max.compaction.lag.ms",
-        "log.index.size.max.bytes",
-        "log.index.interval.bytes",
-        "log.flush.interval.messages",
-        "log.flush.interval.ms",
-        "log.flush.scheduler.interval.ms",
-        "log.segment.delete.delay.ms",
-        "log.preallocate",
-        "log.message.timestamp.type",
-        "log.message.timestamp.difference.max.ms",
-        "log.message.downconversion.enable",
-        "compression.type",
-        "replica.lag.time.max.ms",
-        "offsets.topic.replication.factor",
-        "transactional.id.expiration.ms",
-        "producer.id.expiration.ms",
-        "ssl.endpoint.identification.algorithm",
-        "ssl.protocol",
-    }
-)
-"""Configs that parse and validate but that no component acts on yet (later issues)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,15 +197,13 @@ class ConfigDef:
     importance: Importance = Importance.MEDIUM
     dynamic: DynamicScope = DynamicScope.READ_ONLY
     validator: Validator | None = field(default=None, compare=False)
+    honoured: bool = True
+    """Whether the broker acts on this config yet; others are accepted, validated and named at
+    start-up (``config accepted but not acted on yet``)."""
     listener_prefix_required: bool = False
     """Dynamically settable only per listener, as ``listener.name.<listener>.<name>`` (Kafka's
     ``DynamicSecurityConfigs``: the SSL key and trust store configs); in server.properties
     the bare name is fine."""
-
-    @property
-    def honoured(self) -> bool:
-        """Whether the broker acts on this config yet (others are accepted and validated)."""
-        return self.name not in NOT_YET_HONOURED
 
     @property
     def sensitive(self) -> bool:
@@ -379,12 +331,13 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("num.io.threads", T.INT, 8,
               "Request handler threads that process requests.", H, CLUSTER, at_least(1)),
     ConfigDef("background.threads", T.INT, 10,
-              "Threads for background work such as log deletion.", H, CLUSTER, at_least(1)),
+              "Threads for background work such as log deletion.", H, CLUSTER, at_least(1),
+              honoured=False),
     ConfigDef("num.replica.fetchers", T.INT, 1,
-              "Fetcher threads replicating from each source broker.", H, CLUSTER),
+              "Fetcher threads replicating from each source broker.", H, CLUSTER, honoured=False),
     ConfigDef("num.recovery.threads.per.data.dir", T.INT, 1,
               "Threads per log directory that recover logs at startup and flush them at "
-              "shutdown.", H, CLUSTER, at_least(1)),
+              "shutdown.", H, CLUSTER, at_least(1), honoured=False),
     ConfigDef("queued.max.requests", T.INT, 500,
               "Data-plane requests that may wait for a handler before processors block.",
               H, RO, at_least(1)),
@@ -411,61 +364,63 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("log.dir", T.LIST, ["/tmp/kafka-logs"],
               "Log directory used when log.dirs is unset.", H, RO),
     ConfigDef("log.segment.bytes", T.INT, 1073741824,
-              "Largest size of one log segment file.", H, CLUSTER, at_least(14)),
+              "Largest size of one log segment file.", H, CLUSTER, at_least(14), honoured=False),
     ConfigDef("log.roll.ms", T.LONG, None,
               "A new segment is rolled after this many milliseconds; unset: log.roll.hours.",
-              H, CLUSTER),
+              H, CLUSTER, honoured=False),
     ConfigDef("log.roll.hours", T.INT, 168,
               "A new segment is rolled after this many hours; log.roll.ms wins.",
-              H, RO, at_least(1)),
+              H, RO, at_least(1), honoured=False),
     ConfigDef("log.roll.jitter.ms", T.LONG, None,
               "Largest random jitter subtracted from the roll time, in milliseconds; unset: "
-              "log.roll.jitter.hours.", H, CLUSTER),
+              "log.roll.jitter.hours.", H, CLUSTER, honoured=False),
     ConfigDef("log.roll.jitter.hours", T.INT, 0,
               "Largest random jitter subtracted from the roll time, in hours; "
-              "log.roll.jitter.ms wins.", H, RO, at_least(0)),
+              "log.roll.jitter.ms wins.", H, RO, at_least(0), honoured=False),
     ConfigDef("log.retention.hours", T.INT, 168,
               "Hours a segment is kept; log.retention.minutes and log.retention.ms win.",
-              H, RO),
+              H, RO, honoured=False),
     ConfigDef("log.retention.minutes", T.INT, None,
-              "Minutes a segment is kept; log.retention.ms wins.", H, RO),
+              "Minutes a segment is kept; log.retention.ms wins.", H, RO, honoured=False),
     ConfigDef("log.retention.ms", T.LONG, None,
               "Milliseconds a segment is kept; -1 keeps it forever. Unset: "
-              "log.retention.minutes, then log.retention.hours.", H, CLUSTER),
+              "log.retention.minutes, then log.retention.hours.", H, CLUSTER, honoured=False),
     ConfigDef("log.retention.bytes", T.LONG, -1,
               "Largest size of a partition log before old segments go; -1 means no limit.",
-              H, CLUSTER),
+              H, CLUSTER, honoured=False),
     ConfigDef("log.cleanup.policy", T.LIST, ["delete"],
               "What happens to old segments: delete, compact, or both.",
-              M, CLUSTER, CLEANUP_POLICIES),
+              M, CLUSTER, CLEANUP_POLICIES, honoured=False),
     ConfigDef("log.index.size.max.bytes", T.INT, 10485760,
-              "Largest size of a segment's offset index.", M, CLUSTER, at_least(4)),
+              "Largest size of a segment's offset index.", M, CLUSTER, at_least(4), honoured=False),
     ConfigDef("log.index.interval.bytes", T.INT, 4096,
-              "Bytes of records between two offset index entries.", M, CLUSTER, at_least(0)),
+              "Bytes of records between two offset index entries.", M, CLUSTER, at_least(0),
+              honoured=False),
     ConfigDef("log.flush.interval.messages", T.LONG, LONG_MAX,
               "Records appended to a partition before it is flushed to disk.",
-              H, CLUSTER, at_least(1)),
+              H, CLUSTER, at_least(1), honoured=False),
     ConfigDef("log.flush.interval.ms", T.LONG, None,
               "Milliseconds a record may stay unflushed; unset: "
-              "log.flush.scheduler.interval.ms.", H, CLUSTER),
+              "log.flush.scheduler.interval.ms.", H, CLUSTER, honoured=False),
     ConfigDef("log.flush.scheduler.interval.ms", T.LONG, LONG_MAX,
-              "How often the flusher checks whether a log needs flushing.", H, RO),
+              "How often the flusher checks whether a log needs flushing.", H, RO, honoured=False),
     ConfigDef("log.segment.delete.delay.ms", T.LONG, 60000,
-              "Delay before a deleted segment's files are removed.", H, CLUSTER, at_least(0)),
+              "Delay before a deleted segment's files are removed.", H, CLUSTER, at_least(0),
+              honoured=False),
     ConfigDef("log.preallocate", T.BOOLEAN, False,
-              "Preallocate the file of a new segment.", M, CLUSTER),
+              "Preallocate the file of a new segment.", M, CLUSTER, honoured=False),
     ConfigDef("log.message.timestamp.type", T.STRING, "CreateTime",
               "Timestamp stored with records: the producer's (CreateTime) or the broker's "
-              "append time (LogAppendTime).", M, CLUSTER, TIMESTAMP_TYPES),
+              "append time (LogAppendTime).", M, CLUSTER, TIMESTAMP_TYPES, honoured=False),
     ConfigDef("log.message.timestamp.difference.max.ms", T.LONG, LONG_MAX,
               "Largest difference between a CreateTime timestamp and the broker's clock "
               "before the batch is rejected.", M, CLUSTER, at_least(0)),
     ConfigDef("log.message.downconversion.enable", T.BOOLEAN, True,
               "Down-convert record batches for old Fetch versions; false fails them with "
-              "UNSUPPORTED_VERSION.", L, CLUSTER),
+              "UNSUPPORTED_VERSION.", L, CLUSTER, honoured=False),
     ConfigDef("compression.type", T.STRING, "producer",
               "Compression of stored batches; 'producer' keeps the producer's codec.",
-              H, CLUSTER, COMPRESSION_TYPES),
+              H, CLUSTER, COMPRESSION_TYPES, honoured=False),
     ConfigDef("message.max.bytes", T.INT, 1048588,
               "Largest record batch the broker accepts.", H, CLUSTER, at_least(0)),
     ConfigDef("min.insync.replicas", T.INT, 1,
@@ -474,30 +429,33 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "Allow a replica outside the ISR to become leader, losing data.", H, CLUSTER),
     # Log cleaner (KIP-226: cluster-wide); its topic-config defaults are log.cleaner.*.ms/ratio
     ConfigDef("log.cleaner.enable", T.BOOLEAN, True,
-              "Run the log cleaner, which compacts topics with cleanup.policy=compact.", M, RO),
+              "Run the log cleaner, which compacts topics with cleanup.policy=compact.", M, RO,
+              honoured=False),
     ConfigDef("log.cleaner.threads", T.INT, 1,
-              "Background threads compacting logs.", M, CLUSTER, at_least(0)),
+              "Background threads compacting logs.", M, CLUSTER, at_least(0), honoured=False),
     ConfigDef("log.cleaner.io.max.bytes.per.second", T.DOUBLE, DOUBLE_MAX,
-              "Throttle of the cleaner's reads plus writes, in bytes per second.", M, CLUSTER),
+              "Throttle of the cleaner's reads plus writes, in bytes per second.", M, CLUSTER,
+              honoured=False),
     ConfigDef("log.cleaner.dedupe.buffer.size", T.LONG, 134217728,
-              "Memory for deduplication across all cleaner threads.", M, CLUSTER),
+              "Memory for deduplication across all cleaner threads.", M, CLUSTER, honoured=False),
     ConfigDef("log.cleaner.io.buffer.size", T.INT, 524288,
-              "I/O buffer memory across all cleaner threads.", M, CLUSTER, at_least(0)),
+              "I/O buffer memory across all cleaner threads.", M, CLUSTER, at_least(0),
+              honoured=False),
     ConfigDef("log.cleaner.io.buffer.load.factor", T.DOUBLE, 0.9,
-              "Load factor of the cleaner's dedupe buffer.", M, CLUSTER),
+              "Load factor of the cleaner's dedupe buffer.", M, CLUSTER, honoured=False),
     ConfigDef("log.cleaner.backoff.ms", T.LONG, 15000,
               "Sleep of a cleaner thread when there is no log to clean.",
-              M, CLUSTER, at_least(0)),
+              M, CLUSTER, at_least(0), honoured=False),
     ConfigDef("log.cleaner.min.cleanable.ratio", T.DOUBLE, 0.5,
               "Smallest ratio of dirty log to total log for a log to be compacted.",
-              M, CLUSTER, between(0, 1)),
+              M, CLUSTER, between(0, 1), honoured=False),
     ConfigDef("log.cleaner.delete.retention.ms", T.LONG, 86400000,
               "How long delete tombstones are kept in compacted topics.",
-              M, CLUSTER, at_least(0)),
+              M, CLUSTER, at_least(0), honoured=False),
     ConfigDef("log.cleaner.min.compaction.lag.ms", T.LONG, 0,
-              "Least time a record stays uncompacted.", M, CLUSTER, at_least(0)),
+              "Least time a record stays uncompacted.", M, CLUSTER, at_least(0), honoured=False),
     ConfigDef("log.cleaner.max.compaction.lag.ms", T.LONG, LONG_MAX,
-              "Most time a record may stay uncompacted.", M, CLUSTER, at_least(1)),
+              "Most time a record may stay uncompacted.", M, CLUSTER, at_least(1), honoured=False),
     # Topics
     ConfigDef("num.partitions", T.INT, 1,
               "Partitions of an auto-created topic.", M, RO, at_least(1)),
@@ -513,14 +471,15 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               L, RO),
     # Replication and fetch
     ConfigDef("replica.lag.time.max.ms", T.LONG, 30000,
-              "A follower that has not caught up for this long leaves the ISR.", H, RO),
+              "A follower that has not caught up for this long leaves the ISR.", H, RO,
+              honoured=False),
     ConfigDef("fetch.max.bytes", T.INT, 57671680,
               "Largest total size of one Fetch response.", M, RO, at_least(1024)),
     # Group coordinator and offsets
     ConfigDef("offsets.topic.num.partitions", T.INT, 50,
               "Partitions of __consumer_offsets.", H, RO, at_least(1)),
     ConfigDef("offsets.topic.replication.factor", T.SHORT, 3,
-              "Replication factor of __consumer_offsets.", H, RO, at_least(1)),
+              "Replication factor of __consumer_offsets.", H, RO, at_least(1), honoured=False),
     ConfigDef("offsets.retention.minutes", T.INT, 10080,
               "Committed offsets of an empty group are kept this long.", H, RO, at_least(1)),
     ConfigDef("group.initial.rebalance.delay.ms", T.INT, 3000,
@@ -534,10 +493,10 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     # Transactions and idempotence
     ConfigDef("transactional.id.expiration.ms", T.INT, 604800000,
               "A transactional id without transaction updates for this long expires.",
-              H, RO, at_least(1)),
+              H, RO, at_least(1), honoured=False),
     ConfigDef("producer.id.expiration.ms", T.INT, 86400000,
               "A producer id without writes for this long is forgotten.",
-              L, CLUSTER, at_least(1)),
+              L, CLUSTER, at_least(1), honoured=False),
     # Metrics
     ConfigDef("metric.reporters", T.LIST, [],
               "Metrics reporters to load, each a class implementing kplane's reporter "
@@ -566,13 +525,13 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "TLS versions the listener accepts.", M, BROKER),
     ConfigDef("ssl.protocol", T.STRING, "TLSv1.3",
               "The TLS protocol of the SSL context (the highest version offered).", M, BROKER,
-              OneOf(("TLSv1.2", "TLSv1.3", "TLS"))),
+              OneOf(("TLSv1.2", "TLSv1.3", "TLS")), honoured=False),
     ConfigDef("ssl.cipher.suites", T.LIST, [],
               "OpenSSL names of the TLS 1.2 cipher suites allowed; empty keeps the defaults.",
               M, BROKER),
     ConfigDef("ssl.endpoint.identification.algorithm", T.STRING, "https",
               "Host name verification of peers when the broker is the TLS client (https or "
-              "empty).", L, BROKER),
+              "empty).", L, BROKER, honoured=False),
     ConfigDef("ssl.principal.mapping.rules", T.STRING, "DEFAULT",
               "Rules mapping a client certificate's subject DN to a principal name.", L, RO),
     # SASL (SASL_PLAINTEXT and SASL_SSL listeners)

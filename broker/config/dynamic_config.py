@@ -239,8 +239,8 @@ def _encoder(config: KafkaConfig, key: str) -> PasswordEncoder | None:
         secret.value,
         key_factory_algorithm=config.get("password.encoder.keyfactory.algorithm"),
         cipher_algorithm=config.get("password.encoder.cipher.algorithm"),
-        key_length=int(config.get("password.encoder.key.length")),
-        iterations=int(config.get("password.encoder.iterations")),
+        key_length=config.get_int("password.encoder.key.length"),
+        iterations=config.get_int("password.encoder.iterations"),
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import structlog
 
 from broker.config import listeners as lc
-from broker.config.definitions import CONFIG_DEFS, CONFIGS, LISTENER_PREFIX
+from broker.config.definitions import CONFIG_DEFS, CONFIGS, LISTENER_PREFIX, ConfigType
 from broker.config.endpoint import EndPoint, SecurityProtocol
 from broker.config.errors import ConfigException
 from broker.config.properties import apply_overrides, load_properties
@@ -101,6 +101,28 @@ class KafkaConfig:
         """
         return self._values[name]
 
+    def get_int(self, name: str) -> int:
+        """An INT, SHORT or LONG config that has a value (typed: no cast at the caller)."""
+        return int(self._typed(name, _INTEGER_TYPES))
+
+    def get_bool(self, name: str) -> bool:
+        """A BOOLEAN config."""
+        return bool(self._typed(name, (ConfigType.BOOLEAN,)))
+
+    def get_str(self, name: str) -> str:
+        """A STRING or CLASS config that has a value."""
+        return str(self._typed(name, (ConfigType.STRING, ConfigType.CLASS)))
+
+    def _typed(self, name: str, types: tuple[ConfigType, ...]) -> Any:
+        """The value of ``name`` after checking the table gives it one of ``types``."""
+        definition = CONFIGS[name]
+        if definition.type not in types:
+            raise TypeError(f"{name} is a {definition.type.value} config")
+        value = self._values[name]
+        if value is None:
+            raise ValueError(f"{name} has no value (its default is none)")
+        return value
+
     def listener_get(self, listener_name: str, name: str) -> Any:
         """``listener.name.<listener in lower case>.<name>`` if set, else :meth:`get`."""
         value = self._listener_values.get((listener_name.lower(), name), _UNSET)
@@ -157,6 +179,7 @@ class KafkaConfig:
 
 
 _UNSET = object()
+_INTEGER_TYPES = (ConfigType.SHORT, ConfigType.INT, ConfigType.LONG)
 
 
 def _listener_overrides(props: Mapping[str, str], log_unused: bool) -> dict[tuple[str, str], Any]:

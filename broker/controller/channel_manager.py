@@ -59,7 +59,7 @@ def client_config_for(config: KafkaConfig, listener: str, endpoint: EndPoint) ->
                 text = getattr(value, "value", value)
                 props[key] = str(text)
     if protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
-        mechanism = str(config.get("sasl.mechanism.inter.broker.protocol"))
+        mechanism = config.get_str("sasl.mechanism.inter.broker.protocol")
         jaas = config.sasl_jaas_config(listener, mechanism)
         props["sasl.mechanism"] = mechanism
         if jaas is not None:

@@ -13,7 +13,7 @@ def open_store(config: KafkaConfig) -> MetadataStore:
     connect = config.get("zookeeper.connect")
     if not connect:
         return EmbeddedMetadataStore(config.log_dirs[0])
-    session_ms = int(config.get("zookeeper.session.timeout.ms"))
+    session_ms = config.get_int("zookeeper.session.timeout.ms")
     connection_ms = config.get("zookeeper.connection.timeout.ms")
     return ZooKeeperMetadataStore(
         connect, session_ms, int(connection_ms) if connection_ms is not None else session_ms

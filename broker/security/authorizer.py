@@ -264,5 +264,5 @@ def authorizer_from_config(config: KafkaConfig, store: MetadataStore) -> AclAuth
             f"(use {AUTHORIZER_CLASS_NAMES[0]})",
             name="authorizer.class.name",
         )
-    super_users = [u.strip() for u in str(config.get("super.users")).split(";") if u.strip()]
-    return AclAuthorizer(store, super_users, bool(config.get("allow.everyone.if.no.acl.found")))
+    super_users = [u.strip() for u in config.get_str("super.users").split(";") if u.strip()]
+    return AclAuthorizer(store, super_users, config.get_bool("allow.everyone.if.no.acl.found"))

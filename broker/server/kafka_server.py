@@ -126,7 +126,7 @@ class KafkaServer:
         # Static config with the dynamic values stored for this broker on top (KIP-226).
         self.dynamic = DynamicBrokerConfig(self.static_config, self.client)
         config = self.dynamic.initialize()
-        sys.setswitchinterval(int(config.get("kplane.gil.switch.interval.us")) / 1_000_000)
+        sys.setswitchinterval(config.get_int("kplane.gil.switch.interval.us") / 1_000_000)
         # Before anything starts: a bad keystore or JAAS config stops start-up here.
         tls = server_tls(config)
         self.scram_credentials = ScramCredentialStore(self.client)
@@ -150,22 +150,22 @@ class KafkaServer:
             self.client,
             self.cache,
             TopicDefaults(
-                int(config.get("num.partitions")), int(config.get("default.replication.factor"))
+                config.get_int("num.partitions"), config.get_int("default.replication.factor")
             ),
         )
         self.group_coordinator = GroupCoordinator(
             GroupConfig(
-                initial_rebalance_delay_ms=int(config.get("group.initial.rebalance.delay.ms")),
-                min_session_timeout_ms=int(config.get("group.min.session.timeout.ms")),
-                max_session_timeout_ms=int(config.get("group.max.session.timeout.ms")),
-                max_size=int(config.get("group.max.size")),
-                offsets_retention_ms=int(config.get("offsets.retention.minutes")) * 60_000,
+                initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
+                min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
+                max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
+                max_size=config.get_int("group.max.size"),
+                offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60_000,
             ),
             self.timer,
             self._partition_exists,
         )
         self.apis = KafkaApis(self._api_families(), self.authorizer)
-        self.data_channel = RequestChannel(int(config.get("queued.max.requests")), DATA_PLANE)
+        self.data_channel = RequestChannel(config.get_int("queued.max.requests"), DATA_PLANE)
         self.control_channel = (
             RequestChannel(CONTROL_PLANE_QUEUE_SIZE, CONTROL_PLANE)
             if config.control_plane_listener_name
@@ -173,7 +173,7 @@ class KafkaServer:
         )
         # KIP-291 in one process: data-plane threads yield the GIL to control requests.
         self.priority = (
-            ControlPlanePriority(data_thread_nice=int(config.get("kplane.data.plane.thread.nice")))
+            ControlPlanePriority(data_thread_nice=config.get_int("kplane.data.plane.thread.nice"))
             if self.control_channel
             else None
         )
@@ -182,13 +182,13 @@ class KafkaServer:
             config.listeners,
             config.control_plane_listener_name,
             SocketServerConfig(
-                num_network_threads=int(config.get("num.network.threads")),
-                socket_request_max_bytes=int(config.get("socket.request.max.bytes")),
-                connections_max_idle_ms=int(config.get("connections.max.idle.ms")),
-                socket_send_buffer_bytes=int(config.get("socket.send.buffer.bytes")),
-                socket_receive_buffer_bytes=int(config.get("socket.receive.buffer.bytes")),
-                queued_max_request_bytes=int(config.get("queued.max.request.bytes")),
-                sasl_server_max_receive_size=int(config.get("sasl.server.max.receive.size")),
+                num_network_threads=config.get_int("num.network.threads"),
+                socket_request_max_bytes=config.get_int("socket.request.max.bytes"),
+                connections_max_idle_ms=config.get_int("connections.max.idle.ms"),
+                socket_send_buffer_bytes=config.get_int("socket.send.buffer.bytes"),
+                socket_receive_buffer_bytes=config.get_int("socket.receive.buffer.bytes"),
+                queued_max_request_bytes=config.get_int("queued.max.request.bytes"),
+                sasl_server_max_receive_size=config.get_int("sasl.server.max.receive.size"),
             ),
             self.data_channel,
             self.control_channel,
@@ -199,7 +199,7 @@ class KafkaServer:
             self.priority,
         )
         self.handler_pool = self._handler_pool(
-            self.data_channel, int(config.get("num.io.threads")), REQUEST_HANDLER_AVG_IDLE_PERCENT
+            self.data_channel, config.get_int("num.io.threads"), REQUEST_HANDLER_AVG_IDLE_PERCENT
         )
         self.control_handler_pool = (
             self._handler_pool(
@@ -226,7 +226,7 @@ class KafkaServer:
                 self.broker_id,
                 self.client,
                 self.channels,
-                lambda: bool(self.config.get("unclean.leader.election.enable")),
+                lambda: self.config.get_bool("unclean.leader.election.enable"),
             )
             self.controller.startup()
             if isinstance(self.store, ZooKeeperMetadataStore):
@@ -261,7 +261,7 @@ class KafkaServer:
                 self.broker_id,
                 self.cache,
                 self.admin,
-                lambda: bool(self.config.get("auto.create.topics.enable")),
+                lambda: self.config.get_bool("auto.create.topics.enable"),
                 self._coordinator_of,
             ),
             ProduceApis(
@@ -273,13 +273,13 @@ class KafkaServer:
                 self.replica_manager,
                 self.cache,
                 self.fetch_purgatory,
-                int(self.config.get("fetch.max.bytes")),
+                self.config.get_int("fetch.max.bytes"),
             ),
-            TopicApis(self.admin, self.cache, lambda: bool(self.config.get("delete.topic.enable"))),
+            TopicApis(self.admin, self.cache, lambda: self.config.get_bool("delete.topic.enable")),
             SaslApis(
                 self.sasl_listeners,
                 self.timer,
-                int(self.config.get("connection.failed.authentication.delay.ms")),
+                self.config.get_int("connection.failed.authentication.delay.ms"),
             ),
             AclApis(self.authorizer),
             ConfigApis(
@@ -331,7 +331,7 @@ class KafkaServer:
     def _await_own_metadata(self) -> None:
         """Wait (bounded) for the controller's first UpdateMetadata to name this broker, so
         "started" means clients are answered with the cluster, not an empty one."""
-        deadline = time.monotonic() + int(self.config.get("zookeeper.session.timeout.ms")) / 1000
+        deadline = time.monotonic() + self.config.get_int("zookeeper.session.timeout.ms") / 1000
         while self.broker_id not in self.cache.snapshot.brokers:
             if time.monotonic() > deadline:
                 log.warning("no metadata from the controller yet", broker_id=self.broker_id)
@@ -352,7 +352,7 @@ class KafkaServer:
         return coordinator_for(
             group_id,
             list(self.cache.snapshot.brokers),
-            int(self.config.get("offsets.topic.num.partitions")),
+            self.config.get_int("offsets.topic.num.partitions"),
         )
 
     def _topic_id(self, topic: str) -> uuid.UUID | None:
@@ -457,12 +457,12 @@ class KafkaServer:
         self.client.update_broker(self._registration())
 
     def _start_metrics_http(self) -> None:
-        port = int(self.config.get("kplane.metrics.port"))
+        port = self.config.get_int("kplane.metrics.port")
         if port < 0:
             return
         self.metrics_http = MetricsHttpServer(
             self.metrics,
-            str(self.config.get("kplane.metrics.host")),
+            self.config.get_str("kplane.metrics.host"),
             port,
             self.priority.yield_to_control if self.priority is not None else None,
         )

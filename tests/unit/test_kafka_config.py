@@ -335,3 +335,16 @@ def test_docs_table_has_one_row_per_honoured_config() -> None:
     pending = [d.name for d in CONFIG_DEFS if not d.honoured]
     assert all(f"`{name}`" in lines[-1] for name in pending)
     assert any(line.startswith("| `num.io.threads` | int | `8` | cluster-wide |") for line in lines)
+
+
+def test_typed_accessors_follow_the_config_table() -> None:
+    config = KafkaConfig.from_properties(
+        {"broker.id": "0", "log.dirs": "/tmp/x", "num.io.threads": "3"}
+    )
+    assert config.get_int("num.io.threads") == 3
+    assert config.get_bool("auto.create.topics.enable") is True
+    assert config.get_str("kplane.metrics.host") == "127.0.0.1"
+    with pytest.raises(TypeError, match="boolean"):
+        config.get_int("auto.create.topics.enable")
+    with pytest.raises(ValueError, match="no value"):
+        config.get_int("log.retention.ms")

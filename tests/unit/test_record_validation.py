@@ -126,9 +126,11 @@ def test_long_uniform_batches_pass_across_offset_delta_widths(codec: int, count:
     _validate(build_batch(_uniform(count, size=20), compression=codec))
 
 
-def test_several_batches_in_one_request_pass() -> None:
+def test_exactly_one_batch_per_partition() -> None:
     data = build_batch(_uniform(3)) + build_batch(_uniform(5), compression=1)
-    _validate(data)
+    error = _refusal(data)
+    assert error.error_code == ErrorCode.invalid_record
+    assert "exactly one record batch" in error.message
 
 
 def test_idempotent_batch_passes_with_its_sequence() -> None:
