@@ -50,12 +50,19 @@ class Tally:
         self.outcomes[outcome] += 1
         self.by_kind[f"{frame.kind}|{outcome}"] += 1
 
-    def record_hang(self, conn: int, style: str, frame: Frame, outcome: str) -> None:
-        self.record(frame, outcome)
+    def record_hang(self, conn: int, style: str, frames: list[Frame], outcome: str) -> None:
+        """``frames``: the one unanswered frame, or a pipeline's frames in order."""
+        self.record(frames[-1], outcome)
         if outcome == "hung" and len(self.hung_cases) < HUNG_CASES_KEPT:
-            self.hung_cases.append({"connection": conn, "style": style, "kind": frame.kind,
-                                    "api_key": frame.api_key, "api_version": frame.api_version,
-                                    "hex": frame.data.hex()})
+            last = frames[-1]
+            self.hung_cases.append({"connection": conn, "style": style, "kind": last.kind,
+                                    "api_key": last.api_key, "api_version": last.api_version,
+                                    "hex": "".join(f.data.hex() for f in frames)})
+
+    def count_sent(self, conn: int, frame: Frame) -> None:
+        self.sent += 1
+        self.kinds[frame.kind] += 1
+        self.recent.append((conn, frame))
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,8 @@ class Target:
 
 # How a connection behaves around its frames, with its weight.
 STYLES = {
-    "plain": 80,
+    "plain": 70,
+    "pipeline": 10,  # every frame and a probe in one write, answers read after
     "dribble": 8,  # each frame written a few bytes at a time
     "half_close": 7,  # the write side shut after the last frame
     "abandon": 5,  # closed right after the last frame is written, nothing read
@@ -154,6 +162,9 @@ class Driver:
         port = writer.get_extra_info("sockname")[1]
         self.tally.ports.setdefault(port, []).append((time.time(), conn))
         try:
+            if plan.style == "pipeline" and not any(f.api_key in PARKABLE for f in plan.frames):
+                await self._pipeline(conn, plan.frames, reader, writer)
+                return
             for i, frame in enumerate(plan.frames):
                 last = i == len(plan.frames) - 1
                 if not await self._exchange(conn, plan.style if last else "plain", frame,
@@ -170,9 +181,7 @@ class Driver:
         """Send one frame and wait for its outcome; False when the connection is done."""
         probe = frame.api_key == PRODUCE
         data = frame.data + PROBE if probe else frame.data
-        self.tally.sent += 1
-        self.tally.kinds[frame.kind] += 1
-        self.tally.recent.append((conn, frame))
+        self.tally.count_sent(conn, frame)
         try:
             # a dribble takes its time to write; the deadline counts from the last byte
             await asyncio.wait_for(_write(writer, data, style == "dribble"), WRITE_TIMEOUT)
@@ -180,12 +189,49 @@ class Driver:
                                              self.timeout)
         except TimeoutError:
             hang = "parked" if frame.api_key in PARKABLE else "hung"
-            self.tally.record_hang(conn, style, frame, hang)
+            self.tally.record_hang(conn, style, [frame], hang)
             return False
         except (OSError, RuntimeError):  # RuntimeError: uvloop's write on a closed socket
             outcome = "closed"
         self.tally.record(frame, outcome)
         return outcome != "closed" and not last
+
+
+    async def _pipeline(self, conn: int, frames: list[Frame], reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter) -> None:
+        """All frames and a probe in one write; then answers in order until the probe's or
+        a close. Frames past the last answer count as closed (or, with the probe answered,
+        as ``no_answer_due``); an answer out of order counts as ``answered_other``."""
+        for frame in frames:
+            self.tally.count_sent(conn, frame)
+        writer.write(b"".join(f.data for f in frames) + PROBE)
+        try:
+            got, probed = await asyncio.wait_for(_answers(reader), self.timeout)
+        except TimeoutError:
+            self.tally.record_hang(conn, "pipeline", frames, "hung")
+            return
+        expected = iter(f.correlation_id for f in frames)
+        in_order = all(any(c == e for e in expected) for c in got)
+        for i, frame in enumerate(frames):
+            if i < len(got):
+                self.tally.record(frame, "answered" if in_order else "answered_other")
+            else:
+                self.tally.record(frame, "no_answer_due" if probed else "closed")
+
+
+async def _answers(reader: asyncio.StreamReader) -> tuple[list[int | None], bool]:
+    """Correlation ids of the responses before the probe's, and whether the probe's came."""
+    got: list[int | None] = []
+    while True:
+        try:
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            response = await reader.readexactly(size)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return got, False
+        correlation = struct.unpack_from(">i", response)[0] if len(response) >= 4 else None
+        if correlation == PROBE_CORRELATION:
+            return got, True
+        got.append(correlation)
 
 
 async def _wait(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
