@@ -1,4 +1,5 @@
-"""GroupCoordinator: Kafka's classic group protocol (join, sync, heartbeat, leave) and offsets.
+"""GroupCoordinator: Kafka's classic group protocol (join, sync, heartbeat, leave), and who
+may commit offsets.
 
 Every operation takes a callback and may answer later from another thread: a JoinGroup is
 parked until the rebalance completes (on a handler thread or the timer thread), a follower's
@@ -8,7 +9,8 @@ after it is released, so a callback may call back into the coordinator.
 Behaviour follows Kafka's GroupCoordinator (the Scala one of 2.x/3.x, classic protocol):
 MEMBER_ID_REQUIRED for JoinGroup v4+, static membership (KIP-345), the initial rebalance
 delay for new groups, session and rebalance timeouts, the pending-sync timeout, and the
-offset commit validation rules.
+offset commit validation rules. The offsets themselves are the OffsetManager's
+(:mod:`broker.group.offset_manager`).
 """
 
 from __future__ import annotations
@@ -37,13 +39,12 @@ from broker.group.group_metadata import (
     TopicPartition,
     now_ms,
 )
+from broker.group.offset_manager import OffsetDeleteResult, OffsetFetchResult, OffsetManager
 from broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
-from broker.utils.timer import SystemTimer, TimerTask
+from broker.utils.timer import SystemTimer
 from protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)
-
-INVALID_OFFSET = -1
 
 
 @dataclass(frozen=True)
@@ -80,26 +81,6 @@ class MemberLeaveResult:
 class LeaveGroupResult:
     error: ErrorCode
     members: tuple[MemberLeaveResult, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetFetchPartition:
-    offset: int = INVALID_OFFSET
-    leader_epoch: int = -1
-    metadata: str = ""
-    error: ErrorCode = ErrorCode.none
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetFetchResult:
-    error: ErrorCode
-    partitions: dict[TopicPartition, OffsetFetchPartition]
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetDeleteResult:
-    error: ErrorCode
-    partitions: dict[TopicPartition, ErrorCode]
 
 
 class _Deferred(threading.local):
@@ -173,10 +154,11 @@ class _InitialDelayedJoin(_DelayedJoin):
 
 
 class GroupCoordinator:
-    """All classic groups of this broker, their members and their committed offsets.
+    """All classic groups of this broker and their members; their committed offsets go
+    through the OffsetManager.
 
     ``partition_exists(topic, partition)`` tells whether a partition exists, for offset
-    commits and deletes. Offsets live in memory.
+    commits and deletes.
     """
 
     def __init__(
@@ -187,14 +169,18 @@ class GroupCoordinator:
     ) -> None:
         self.config = config
         self._timer = timer
-        self._partition_exists = partition_exists
         self._groups: dict[str, GroupMetadata] = {}
         self._groups_lock = threading.Lock()
         self._deferred = _Deferred()
         self._rebalance_purgatory = DelayedOperationPurgatory("Rebalance", timer)
-        self._shutdown = False
-        self._expiry_task: TimerTask | None = self._timer.schedule(
-            config.offsets_retention_check_interval_ms, self._periodic_offset_expiry
+        self._offsets = OffsetManager(
+            timer,
+            partition_exists,
+            self._all_groups,
+            self._remove_group,
+            retention_ms=config.offsets_retention_ms,
+            retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+            metadata_max_bytes=config.offset_metadata_max_bytes,
         )
 
     # -- plumbing -------------------------------------------------------------------------
@@ -237,6 +223,10 @@ class GroupCoordinator:
                 self._groups[group_id] = group
             return group
 
+    def _all_groups(self) -> list[GroupMetadata]:
+        with self._groups_lock:
+            return list(self._groups.values())
+
     def _remove_group(self, group: GroupMetadata) -> None:
         with self._groups_lock:
             if self._groups.get(group.group_id) is group:
@@ -252,12 +242,8 @@ class GroupCoordinator:
 
     def shutdown(self) -> None:
         """Cancel the coordinator's timers (the SystemTimer itself belongs to the caller)."""
-        self._shutdown = True
-        if self._expiry_task is not None:
-            self._expiry_task.cancel()
-        with self._groups_lock:
-            groups = list(self._groups.values())
-        for group in groups:
+        self._offsets.shutdown()
+        for group in self._all_groups():
             with group.lock:
                 for member in group.members.values():
                     if member.heartbeat_task is not None:
@@ -1006,13 +992,8 @@ class GroupCoordinator:
         commit, allowed while the group has no members. ``retention_ms`` is v2-v4's
         retention_time (-1: the broker's offsets.retention.minutes)."""
         with self._deferring():
-            errors: dict[TopicPartition, ErrorCode] = {}
-            valid: dict[TopicPartition, OffsetAndMetadata] = {}
-            for tp, om in offsets.items():
-                if self._partition_exists(tp.topic, tp.partition):
-                    valid[tp] = om
-                else:
-                    errors[tp] = ErrorCode.unknown_topic_or_partition
+            errors = self._offsets.unknown_partitions(offsets)
+            valid = {tp: om for tp, om in offsets.items() if tp not in errors}
             if not valid:
                 self._defer(callback, errors)
                 return
@@ -1038,22 +1019,7 @@ class GroupCoordinator:
                         self._schedule_heartbeat_expiration(
                             group, member, member.session_timeout_ms
                         )
-                now = now_ms()
-                expire = now + retention_ms if retention_ms >= 0 else None
-                limit = self.config.offset_metadata_max_bytes
-                for tp, om in valid.items():
-                    metadata = om.metadata or ""
-                    if len(metadata.encode("utf-8")) > limit:
-                        errors[tp] = ErrorCode.offset_metadata_too_large
-                        continue
-                    group.offsets[tp] = OffsetAndMetadata(
-                        offset=om.offset,
-                        leader_epoch=om.leader_epoch,
-                        metadata=metadata,
-                        commit_timestamp_ms=now,
-                        expire_timestamp_ms=expire,
-                    )
-                    errors[tp] = ErrorCode.none
+                errors.update(self._offsets.store_offsets(group, valid, retention_ms))
             self._defer(callback, errors)
 
     def _validate_offset_commit(
@@ -1089,21 +1055,7 @@ class GroupCoordinator:
         partitions answer offset -1."""
         with self._deferring():
             group = self._get_group(group_id)
-            result: dict[TopicPartition, OffsetFetchPartition] = {}
-            if group is None:
-                stored: dict[TopicPartition, OffsetAndMetadata] = {}
-            else:
-                with group.lock:
-                    stored = {} if group.is_(GroupState.DEAD) else dict(group.offsets)
-            wanted = sorted(stored) if partitions is None else partitions
-            for tp in wanted:
-                om = stored.get(tp)
-                result[tp] = (
-                    OffsetFetchPartition()
-                    if om is None
-                    else OffsetFetchPartition(om.offset, om.leader_epoch, om.metadata)
-                )
-            self._defer(callback, OffsetFetchResult(ErrorCode.none, result))
+            self._defer(callback, self._offsets.get_offsets(group, partitions))
 
     def delete_offsets(
         self,
@@ -1114,13 +1066,8 @@ class GroupCoordinator:
         """OffsetDelete: allowed for Empty groups, and for topics a consumer group does not
         subscribe to."""
         with self._deferring():
-            errors: dict[TopicPartition, ErrorCode] = {}
-            eligible: list[TopicPartition] = []
-            for tp in partitions:
-                if self._partition_exists(tp.topic, tp.partition):
-                    eligible.append(tp)
-                else:
-                    errors[tp] = ErrorCode.unknown_topic_or_partition
+            errors = self._offsets.unknown_partitions(partitions)
+            eligible = [tp for tp in partitions if tp not in errors]
             group = self._get_group(group_id)
             if group is None:
                 self._defer(callback, OffsetDeleteResult(ErrorCode.group_id_not_found, {}))
@@ -1138,74 +1085,13 @@ class GroupCoordinator:
                     for tp in subscribed:
                         errors[tp] = ErrorCode.group_subscribed_to_topic
                     eligible = [tp for tp in eligible if tp not in errors]
-                for tp in eligible:
-                    group.offsets.pop(tp, None)
-                    errors[tp] = ErrorCode.none
+                errors.update(self._offsets.delete_offsets(group, eligible))
             self._defer(callback, OffsetDeleteResult(ErrorCode.none, errors))
 
     def expire_offsets(self, now: int | None = None) -> int:
-        """Drop offsets past offsets.retention.ms (Kafka's rules, KIP-211); groups left Empty
-        with no offsets are removed. Returns how many offsets expired."""
-        current = now_ms() if now is None else now
-        retention = self.config.offsets_retention_ms
-        with self._groups_lock:
-            groups = list(self._groups.values())
-        expired_total = 0
-        for group in groups:
-            with group.lock:
-                expired = self._expired_offsets(group, current, retention)
-                for tp in expired:
-                    del group.offsets[tp]
-                expired_total += len(expired)
-                if (
-                    group.is_(GroupState.EMPTY)
-                    and not group.offsets
-                    and not group.members
-                    and not group.pending_members
-                ):
-                    group.transition_to(GroupState.DEAD)
-                    self._remove_group(group)
-                    log.info("removed empty group with no offsets", group=group.group_id)
-        return expired_total
-
-    @staticmethod
-    def _expired_offsets(group: GroupMetadata, now: int, retention: int) -> list[TopicPartition]:
-        def expired(base: Callable[[OffsetAndMetadata], int], keep: Iterable[str] = ()) -> list:
-            keep_topics = set(keep)
-            out = []
-            for tp, om in group.offsets.items():
-                if tp.topic in keep_topics:
-                    continue
-                if om.expire_timestamp_ms is not None:
-                    if now >= om.expire_timestamp_ms:
-                        out.append(tp)
-                elif now - base(om) >= retention:
-                    out.append(tp)
-            return out
-
-        if not group.protocol_type:
-            return expired(lambda om: om.commit_timestamp_ms)
-        if group.is_(GroupState.EMPTY):
-            state_ts = group.state_timestamp_ms
-            return expired(lambda om: state_ts if state_ts is not None else om.commit_timestamp_ms)
-        if (
-            group.protocol_type == CONSUMER_PROTOCOL_TYPE
-            and group.subscribed_topics is not None
-            and group.is_(GroupState.STABLE)
-        ):
-            return expired(lambda om: om.commit_timestamp_ms, group.subscribed_topics)
-        return []
-
-    def _periodic_offset_expiry(self) -> None:
-        if self._shutdown:
-            return
-        try:
-            self.expire_offsets()
-        finally:
-            if not self._shutdown:
-                self._expiry_task = self._timer.schedule(
-                    self.config.offsets_retention_check_interval_ms, self._periodic_offset_expiry
-                )
+        """Drop offsets past offsets.retention.ms (see :meth:`OffsetManager.expire_offsets`).
+        Returns how many offsets expired."""
+        return self._offsets.expire_offsets(now)
 
     # -- admin ----------------------------------------------------------------------------
 
@@ -1264,7 +1150,7 @@ class GroupCoordinator:
                         out[group_id] = ErrorCode.group_id_not_found
                     elif group.is_(GroupState.EMPTY):
                         group.transition_to(GroupState.DEAD)
-                        group.offsets.clear()
+                        self._offsets.delete_all_offsets(group)
                         for task in group.pending_member_tasks.values():
                             task.cancel()
                         group.pending_member_tasks.clear()

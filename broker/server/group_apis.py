@@ -17,14 +17,7 @@ from typing import Any
 
 import structlog
 
-from broker.group.coordinator import (
-    GroupCoordinator,
-    LeaveGroupResult,
-    MemberIdentity,
-    OffsetDeleteResult,
-    OffsetFetchPartition,
-    OffsetFetchResult,
-)
+from broker.group.coordinator import GroupCoordinator, LeaveGroupResult, MemberIdentity
 from broker.group.group_metadata import (
     GroupDescription,
     GroupOverview,
@@ -33,6 +26,7 @@ from broker.group.group_metadata import (
     SyncGroupResult,
     TopicPartition,
 )
+from broker.group.offset_manager import OffsetDeleteResult, OffsetFetchPartition, OffsetFetchResult
 from broker.security.acl import AclOperation, AclResourceType
 from broker.server.context import Handler, RequestContext
 from protocol.api_keys import ApiKey
