@@ -180,11 +180,12 @@ class BodyWriter:
             return
         data = self._string().encode() if kafka_type == "string" else self._bytes(kafka_type)
         if self._take_twist(Twist.HUGE_LENGTH):
-            claimed = self.rng.choice((2**15 - 1, 2**31 - 2) if wide else (2**15 - 1, 2**15 - 2))
             if flexible:
                 self.out += write_uvarint(self.rng.choice((2**31 - 1, 2**32 - 1, 2**20)))
+            elif wide:
+                self.out += struct.pack(">i", self.rng.choice((2**15 - 1, 2**31 - 2)))
             else:
-                self.out += struct.pack(">i" if wide else ">h", claimed)
+                self.out += struct.pack(">h", self.rng.choice((2**15 - 1, 2**15 - 2)))
             self.out += data
             return
         if flexible:
