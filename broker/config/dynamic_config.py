@@ -105,6 +105,19 @@ class DynamicBrokerConfig:
             self.reload()
 
     def add_reconfigurable(self, component: BrokerReconfigurable) -> None:
+        """Reconfigure ``component`` on changes to its configs. As Kafka's
+        verifyReconfigurableConfigs, each of them must be dynamic in the config table (a
+        component's own custom configs aside): a scope declared in two places agrees."""
+        custom: frozenset[str] = getattr(component, "custom_configs", frozenset)()
+        static = sorted(
+            name
+            for name in component.reconfigurable_configs - custom
+            if (d := CONFIGS.get(base_name(name))) is None or d.dynamic is DynamicScope.READ_ONLY
+        )
+        if static:
+            raise ValueError(
+                f"{type(component).__name__} reconfigures configs that are not dynamic: {static}"
+            )
         self._reconfigurables.append(component)
 
     def remove_reconfigurable(self, component: BrokerReconfigurable) -> None:

@@ -6,7 +6,7 @@ Readers get an immutable snapshot; writers replace it whole, so handlers never l
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from broker.config.endpoint import EndPoint
@@ -52,6 +52,12 @@ class MetadataCache:
     def __init__(self, cluster_id: str, broker_id: int) -> None:
         self.broker_id = broker_id
         self.snapshot = MetadataSnapshot(cluster_id, -1)
+        self._topic_listeners: list[Callable[[str], object]] = []
+
+    def add_topic_listener(self, listener: Callable[[str], object]) -> None:
+        """Call ``listener(name)`` after each update that adds or changes topic ``name``
+        (requests waiting for a topic's metadata, such as CreateTopics, are so completed)."""
+        self._topic_listeners.append(listener)
 
     def update(
         self,
@@ -80,6 +86,9 @@ class MetadataCache:
             new_topics,
             topic_ids,
         )
+        for topic in upserted:
+            for listener in self._topic_listeners:
+                listener(topic.name)
 
     def alive_endpoints(self, listener_name: str) -> list[tuple[int, EndPoint, str | None]]:
         """(broker id, endpoint, rack) of every live broker that has ``listener_name``."""

@@ -148,7 +148,6 @@ class DynamicListenerSecurity:
             "ssl.client.auth",
             "ssl.enabled.protocols",
             "ssl.cipher.suites",
-            "ssl.principal.mapping.rules",
             "sasl.enabled.mechanisms",
             "sasl.jaas.config",
         }

@@ -275,7 +275,12 @@ class KafkaServer:
                 self.fetch_purgatory,
                 self.config.get_int("fetch.max.bytes"),
             ),
-            TopicApis(self.admin, self.cache, lambda: self.config.get_bool("delete.topic.enable")),
+            TopicApis(
+                self.admin,
+                self.cache,
+                lambda: self.config.get_bool("delete.topic.enable"),
+                DelayedOperationPurgatory("topic", self.timer),
+            ),
             SaslApis(
                 self.sasl_listeners,
                 self.timer,

@@ -10,21 +10,66 @@ from broker.metadata.cache import MetadataCache
 from broker.security.acl import AclOperation, AclResourceType
 from broker.server.admin_manager import AdminManager, excessive_partitions
 from broker.server.context import Handler, RequestContext
+from broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 
 ZERO_UUID = uuid.UUID(int=0)
 
 
+class DelayedCreateTopics(DelayedOperation):
+    """Kafka's DelayedCreatePartitions: CreateTopics is answered once every topic it
+    created has its partitions, with leaders, in this broker's metadata, so a client may
+    use the topic as soon as it is told it exists; topics still missing at the request's
+    timeout are answered REQUEST_TIMED_OUT."""
+
+    def __init__(
+        self, apis: TopicApis, ctx: RequestContext, results: list[dict[str, Any]], delay_ms: float
+    ) -> None:
+        super().__init__(delay_ms)
+        self.apis = apis
+        self.ctx = ctx
+        self.results = results
+
+    def _waiting(self) -> list[dict[str, Any]]:
+        return [
+            r
+            for r in self.results
+            if r["error_code"] == ErrorCode.none and not self.apis.has_leaders(r["name"])
+        ]
+
+    def try_complete(self) -> bool:
+        return not self._waiting() and self.force_complete()
+
+    def on_complete(self) -> None:
+        for result in self._waiting():
+            result |= {
+                "error_code": ErrorCode.request_timed_out,
+                "error_message": "Operation timed out.",
+            }
+        self.apis.answer_create_topics(self.ctx, self.results)
+
+
 class TopicApis:
     """Topic administration requests, answered per topic."""
 
     def __init__(
-        self, admin: AdminManager, cache: MetadataCache, delete_enabled: Callable[[], bool]
+        self,
+        admin: AdminManager,
+        cache: MetadataCache,
+        delete_enabled: Callable[[], bool],
+        purgatory: DelayedOperationPurgatory,
     ) -> None:
         self.admin = admin
         self.cache = cache
         self._delete_enabled = delete_enabled
+        self.purgatory = purgatory  # Kafka's "topic" purgatory
+        cache.add_topic_listener(purgatory.check_and_complete)
+
+    def has_leaders(self, topic: str) -> bool:
+        """Whether ``topic`` is in this broker's metadata with a leader for every partition."""
+        info = self.cache.topic(topic)
+        return info is not None and all(p.leader >= 0 for p in info.partitions.values())
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
@@ -94,8 +139,18 @@ class TopicApis:
                     "num_partitions": -1,
                     "replication_factor": -1,
                 }
-            results.append(ctx.make("CreatableTopicResult", **values))
-        ctx.respond(ctx.make_response(topics=tuple(results)))
+            results.append(values)
+        timeout_ms = req.timeout.total_seconds() * 1000.0
+        if req.validate_only or timeout_ms <= 0:
+            self.answer_create_topics(ctx, results)
+            return
+        delayed = DelayedCreateTopics(self, ctx, results, timeout_ms)
+        self.purgatory.try_complete_else_watch(delayed, [r["name"] for r in results])
+
+    def answer_create_topics(self, ctx: RequestContext, results: list[dict[str, Any]]) -> None:
+        """The CreateTopics answer, one result per topic."""
+        topics = tuple(ctx.make("CreatableTopicResult", **values) for values in results)
+        ctx.respond(ctx.make_response(topics=topics))
 
     def handle_delete_topics(self, ctx: RequestContext) -> None:
         req = ctx.body
