@@ -7,7 +7,7 @@ APT_PACKAGES := kcat docker-compose zookeeper
 JAVA_PACKAGE := openjdk-17-jre-headless
 CONFIG ?= configs/server.properties
 
-.PHONY: setup apt run test test-unit bench lint clean
+.PHONY: setup apt run test test-unit bench lint schemas clean
 
 setup: $(STAMP) apt
 
@@ -49,6 +49,10 @@ lint: setup
 	$(BIN)/ruff check broker protocol tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_readme.py -k layers
+
+# Rewrites the controller schema packages (protocol/controller_schema/) from their JSON schemas.
+schemas: $(STAMP)
+	$(BIN)/python -m protocol.controller_schema.generate
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -2,7 +2,8 @@
 
 LeaderAndIsr (4), StopReplica (5) and UpdateMetadata (6), modelled on Apache Kafka 3.x's
 message schemas in kio's generated form: ``<api>/v<N>/request.py`` and ``response.py``
-hold frozen slotted dataclasses that ``kio.serial`` reads and writes like its own.
+hold frozen slotted dataclasses that ``kio.serial`` reads and writes like its own. The
+``<api>/`` packages are generated from ``json/`` by ``generate.py`` (``make schemas``).
 """
 
 from __future__ import annotations
