@@ -17,9 +17,10 @@ from typing import Protocol
 
 import structlog
 
-from broker.config.definitions import CONFIGS, LISTENER_PREFIX, ConfigType, DynamicScope
+from broker.config.definitions import CONFIGS, ConfigType, DynamicScope
 from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
+from broker.config.listener_key import base_name
 from broker.config.password_encoder import PasswordDecodeError, PasswordEncoder, reencode
 from broker.config.synonyms import dynamic_synonym
 
@@ -45,17 +46,6 @@ class BrokerReconfigurable(Protocol):
     def reconfigure(self, old: KafkaConfig, new: KafkaConfig) -> None:
         """Apply ``new``; called only after every component validated it."""
         ...
-
-
-def base_name(key: str) -> str:
-    """The config a key sets: ``listener.name.l.ssl.keystore.location`` -> the ssl name
-    (``listener.name.l.plain.sasl.jaas.config`` -> ``sasl.jaas.config``)."""
-    if not key.startswith(LISTENER_PREFIX):
-        return key
-    rest = key[len(LISTENER_PREFIX) :].partition(".")[2]
-    if rest in CONFIGS:
-        return rest
-    return rest.partition(".")[2] if rest.partition(".")[2] in CONFIGS else rest
 
 
 def is_password(key: str) -> bool:

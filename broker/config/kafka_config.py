@@ -12,6 +12,7 @@ from broker.config import listeners as lc
 from broker.config.definitions import CONFIG_DEFS, CONFIGS, LISTENER_PREFIX, ConfigType
 from broker.config.endpoint import EndPoint, SecurityProtocol
 from broker.config.errors import ConfigException
+from broker.config.listener_key import ListenerKey
 from broker.config.properties import apply_overrides, load_properties
 
 log = structlog.get_logger(__name__)
@@ -186,17 +187,18 @@ def _listener_overrides(props: Mapping[str, str], log_unused: bool) -> dict[tupl
     """Parse every ``listener.name.<listener>.<config>`` whose config is known."""
     values: dict[tuple[str, str], Any] = {}
     for key, raw in props.items():
-        if not key.startswith(LISTENER_PREFIX):
+        parsed = ListenerKey.parse(key)
+        if parsed is None:
             continue
-        listener, _, name = key[len(LISTENER_PREFIX) :].partition(".")
-        mechanism, _, rest = name.partition(".")
-        if rest == SASL_JAAS_CONFIG and mechanism:
-            values[(listener, name)] = CONFIGS[SASL_JAAS_CONFIG].parse(raw, key=key)
-            continue
-        definition = CONFIGS.get(name)
-        if not listener or definition is None:
+        definition = CONFIGS.get(parsed.name)
+        if (
+            not parsed.listener
+            or definition is None
+            or (parsed.mechanism is not None and parsed.name != SASL_JAAS_CONFIG)
+        ):
             if log_unused:
                 log.warning("unknown config", key=key)
             continue
-        values[(listener, name)] = definition.parse(raw, key=key)
+        middle = f"{parsed.mechanism}." if parsed.mechanism else ""
+        values[(parsed.listener, middle + parsed.name)] = definition.parse(raw, key=key)
     return values

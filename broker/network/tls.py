@@ -17,6 +17,7 @@ from broker.config.definitions import Password
 from broker.config.endpoint import SecurityProtocol
 from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
+from broker.config.listener_key import ListenerKey
 from broker.security.certs import load_cert_chain, load_keystore, load_truststore
 from broker.security.principal_mapping import ANONYMOUS, SslPrincipalMapper
 
@@ -42,7 +43,7 @@ def server_ssl_context(
         return config.listener_get(listener_name, name)
 
     def key(name: str) -> str:
-        return f"listener.name.{listener_name.lower()}.{name} (or {name})"
+        return ListenerKey.of(listener_name, name).or_unprefixed()
 
     location = get("ssl.keystore.location")
     if not location:
@@ -135,8 +136,7 @@ def server_tls(config: KafkaConfig) -> dict[str, ServerTls]:
             mapper = SslPrincipalMapper.from_rules(rules)
         except ValueError as exc:
             raise ConfigException(
-                f"listener.name.{name.lower()}.ssl.principal.mapping.rules (or "
-                f"ssl.principal.mapping.rules): {exc}",
+                f"{ListenerKey.of(name, 'ssl.principal.mapping.rules').or_unprefixed()}: {exc}",
                 name="ssl.principal.mapping.rules",
             ) from exc
         context, certificate = server_ssl_context(config, name)

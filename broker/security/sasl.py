@@ -14,6 +14,7 @@ from broker.config.definitions import Password
 from broker.config.endpoint import SecurityProtocol
 from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
+from broker.config.listener_key import ListenerKey
 from broker.security.jaas import JaasError, LoginModule, parse_jaas_config
 from broker.security.principal_mapping import ANONYMOUS
 from broker.security.sasl_server import PlainServer, SaslServer
@@ -57,8 +58,8 @@ def sasl_listeners(
         unsupported = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
         if not mechanisms or unsupported:
             raise ConfigException(
-                f"listener.name.{name.lower()}.sasl.enabled.mechanisms (or "
-                f"sasl.enabled.mechanisms): {', '.join(unsupported) or 'none'} not supported "
+                f"{ListenerKey.of(name, 'sasl.enabled.mechanisms').or_unprefixed()}: "
+                f"{', '.join(unsupported) or 'none'} not supported "
                 f"by kplane (supported: {', '.join(SUPPORTED_MECHANISMS)})",
                 name="sasl.enabled.mechanisms",
             )
@@ -78,7 +79,7 @@ def sasl_listeners(
 
 def _jaas_module(config: KafkaConfig, listener: str, mechanism: str) -> LoginModule:
     """The listener's JAAS login module for ``mechanism``; required for PLAIN's users."""
-    key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    key = str(ListenerKey.of(listener, "sasl.jaas.config", mechanism))
     value = config.sasl_jaas_config(listener, mechanism)
     text = value.value if isinstance(value, Password) else value
     if not text:

@@ -17,8 +17,9 @@ from typing import Any
 import structlog
 
 from broker.config.definitions import CONFIGS, ConfigType
-from broker.config.dynamic_config import DEFAULT_ENTITY, DynamicBrokerConfig, base_name
+from broker.config.dynamic_config import DEFAULT_ENTITY, DynamicBrokerConfig
 from broker.config.errors import ConfigException
+from broker.config.listener_key import base_name
 from broker.config.listeners import listener_names, normalise
 from broker.config.topic_configs import TOPIC_CONFIGS, validate_topic_configs
 from broker.metadata.cache import MetadataCache

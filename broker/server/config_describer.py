@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from broker.config.definitions import CONFIG_DEFS, CONFIGS, LISTENER_PREFIX, ConfigDef, DynamicScope
-from broker.config.dynamic_config import DynamicBrokerConfig, base_name, is_password
+from broker.config.dynamic_config import DynamicBrokerConfig, is_password
+from broker.config.listener_key import base_name
 from broker.config.synonyms import broker_synonyms
 from broker.config.topic_configs import TOPIC_CONFIGS, TopicConfigDef
 

@@ -15,6 +15,7 @@ from cryptography import x509
 
 from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
+from broker.config.listener_key import ListenerKey
 from broker.network.socket_server import SocketServer
 from broker.network.tls import ServerTls, server_tls
 from broker.security.sasl import SaslListener, sasl_listeners
@@ -173,7 +174,7 @@ class DynamicListenerSecurity:
                 continue
             if _sans(old) != _sans(tls):
                 raise ConfigException(
-                    f"listener.name.{name.lower()}.ssl.keystore.location: the new certificate's "
+                    f"{ListenerKey.of(name, 'ssl.keystore.location')}: the new certificate's "
                     f"subject alternative names {sorted(_sans(tls))} do not match the current "
                     f"ones {sorted(_sans(old))}",
                     name="ssl.keystore.location",
