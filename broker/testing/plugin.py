@@ -15,9 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.create_topics.v7.request import (
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+)
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32
 
 from broker.config.kafka_config import KafkaConfig
 from broker.logging_setup import configure_logging
@@ -98,12 +103,23 @@ class RunningBroker:
     def create_topic(
         self, topic: str, partitions: int = 1, config: Mapping[str, str] | None = None
     ) -> None:
-        """Create ``topic`` through confluent-kafka's AdminClient and wait until it is led."""
-        admin = AdminClient({"bootstrap.servers": self.bootstrap()})
-        new = NewTopic(
-            topic, num_partitions=partitions, replication_factor=1, config=dict(config or {})
+        """Create ``topic`` with CreateTopics over the wire and wait until it is led."""
+        request = CreateTopicsRequest(
+            topics=(
+                CreatableTopic(
+                    name=TopicName(topic),
+                    num_partitions=i32(partitions),
+                    replication_factor=i16(1),
+                    assignments=(),
+                    configs=tuple(
+                        CreatableTopicConfig(name=k, value=v) for k, v in (config or {}).items()
+                    ),
+                ),
+            ),
         )
-        admin.create_topics([new], operation_timeout=10)[topic].result(timeout=30)
+        with self.wire() as client:
+            (result,) = client.request(request).topics
+        assert result.error_code == ErrorCode.none, (topic, result.error_message)
         self.wait_for_partitions(topic, partitions)
 
 
