@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence
 from dataclasses import dataclass
 
 from kio.serial.errors import BufferUnderflow
@@ -50,42 +50,60 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add received bytes; return every frame now complete (without its size prefix)."""
-        self._buffer += data
-        return [] if self.blocked else self._frames()
+        frames: list[bytes] = []
+        self.feed_into(data, frames)
+        return frames
 
     def resume(self) -> list[bytes]:
         """Try the frame the pool refused again; return the frames now complete."""
-        self.blocked = False
-        return self._frames()
-
-    def _frames(self) -> list[bytes]:
-        buf = self._buffer
         frames: list[bytes] = []
-        pos = 0
-        end = len(buf)
-        while True:
-            if self._need < 0:
-                if end - pos < 4:
-                    break
-                (size,) = _SIZE.unpack_from(buf, pos)
-                if size < 0 or size > self.max_size:
-                    raise FrameTooLarge(size, self.max_size)
-                if self._allocate is not None:
-                    if not self._allocate(size):
-                        self.blocked = True
-                        break
-                    self.reserved = size
-                self._need = size
-                pos += 4
-            if end - pos < self._need:
-                break
-            frames.append(bytes(buf[pos : pos + self._need]))
-            pos += self._need
-            self._need = -1
-            self.reserved = 0
-        if pos:
-            del buf[:pos]
+        self.resume_into(frames)
         return frames
+
+    def feed_into(self, data: bytes, out: MutableSequence[bytes]) -> None:
+        """``feed``, appending the frames to ``out`` (those complete before a
+        ``FrameTooLarge`` are there too)."""
+        buf = self._buffer
+        if buf or self.blocked:
+            buf += data
+            if not self.blocked:
+                del buf[: self._frames(buf, out)]
+        else:  # nothing buffered: cut the frames out of ``data``, keep only its tail
+            pos = self._frames(data, out)
+            if pos < len(data):
+                buf += memoryview(data)[pos:]
+
+    def resume_into(self, out: MutableSequence[bytes]) -> None:
+        """``resume``, appending the frames to ``out``."""
+        self.blocked = False
+        del self._buffer[: self._frames(self._buffer, out)]
+
+    def _frames(self, data: bytes | bytearray, out: MutableSequence[bytes]) -> int:
+        """Append the complete frames of ``data`` to ``out``; return the bytes used."""
+        pos = 0
+        end = len(data)
+        with memoryview(data) as view:  # one copy per frame
+            while True:
+                if self._need < 0:
+                    if end - pos < 4:
+                        break
+                    (size,) = _SIZE.unpack_from(data, pos)
+                    if size < 0 or size > self.max_size:
+                        raise FrameTooLarge(size, self.max_size)
+                    if self._allocate is not None:
+                        if not self._allocate(size):
+                            self.blocked = True
+                            break
+                        self.reserved = size
+                    self._need = size
+                    pos += 4
+                if end - pos < self._need:
+                    break
+                out.append(view[pos : pos + self._need].tobytes())
+                pos += self._need
+                self._need = -1
+                self.reserved = 0
+        return pos
 
     @property
     def buffered(self) -> int:

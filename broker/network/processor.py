@@ -1,8 +1,9 @@
 """Processor: a thread with its own uvloop event loop that owns many connections.
 
-It reads size-prefixed frames, parses the request header, puts each request on the
-RequestChannel and writes the responses handlers hand back. A connection is muted while
-one of its requests is in flight, so responses keep request order.
+Each connection is a ``KafkaConnection``, an asyncio Protocol adapting the sans-IO
+``ServerConnection`` (``protocol/connection.py``: frames, headers, the SASL gate, muting):
+it feeds it the socket's bytes, puts each request it yields on the RequestChannel, writes
+the responses handlers hand back, and pauses reading when it asks.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import socket
 import ssl
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 
 import structlog
@@ -28,7 +28,7 @@ from broker.network.request_channel import Request, RequestChannel, Response
 from broker.network.tls import ServerTls
 from broker.security.principal_mapping import ANONYMOUS, NoMatchingRuleError
 from broker.security.sasl import PRE_AUTH_APIS, SASL_PROTOCOLS, SaslSession
-from protocol.framing import FrameDecoder, FrameTooLarge, InvalidRequestHeader, parse_request_header
+from protocol.connection import CONNECTION_CLOSED, Close, RequestReady, ServerConnection
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +42,8 @@ WRITE_BUFFER_LOW = 1 << 18
 
 
 class KafkaConnection(asyncio.Protocol):
-    """One client connection: framing, muting, and the order of responses."""
+    """One client connection: an asyncio Protocol driving a sans-IO ``ServerConnection``
+    (framing, the SASL gate, muting, end of stream) and acting on its events."""
 
     def __init__(self, processor: Processor, connection_id: str, peer: tuple[str, int]) -> None:
         self.processor = processor
@@ -50,20 +51,20 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = peer
         self.transport: asyncio.Transport | None = None
         pool = processor.memory_pool
-        self.decoder = FrameDecoder(
-            processor.max_request_size, pool.try_allocate if pool is not None else None
+        sasl = processor.endpoint.security_protocol in SASL_PROTOCOLS
+        self.connection = ServerConnection(
+            processor.max_request_size,
+            processor.is_known_api,
+            allocate=pool.try_allocate if pool is not None else None,
+            pre_auth_apis=PRE_AUTH_APIS if sasl else None,
+            pre_auth_max_size=processor.sasl_max_receive_size,
         )
-        self.pending: deque[bytes] = deque()
         self.in_flight: Request | None = None
         self.last_active = time.monotonic()
         self.closing = False
-        self.peer_closed = False
         self.principal = ANONYMOUS
-        self.session = (
-            SaslSession() if processor.endpoint.security_protocol in SASL_PROTOCOLS else None
-        )
+        self.session = SaslSession() if sasl else None
         self._reading_paused = False
-        self._writing_paused = False
         self.watched_fd: int | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -90,31 +91,16 @@ class KafkaConnection(asyncio.Protocol):
         self.processor.yield_to_control()
         started = time.monotonic_ns()
         self.last_active = time.monotonic()
-        pre_auth = self.session is not None and not self.session.authenticated
-        self.decoder.max_size = (
-            self.processor.sasl_max_receive_size if pre_auth else self.processor.max_request_size
-        )
-        try:
-            frames = self.decoder.feed(data)
-        except FrameTooLarge as exc:
-            log.warning(
-                "closing connection: request frame too large"
-                + (" before SASL authentication" if pre_auth else ""),
-                connection=self.connection_id,
-                listener=self.processor.endpoint.listener_name,
-                size=exc.size,
-                limit=exc.limit,
-            )
-            self.close()
-            return
-        self._take(frames)
+        if self.session is not None:
+            self.connection.authenticated = self.session.authenticated
+        self.connection.receive_data(data)
+        self._received()
         self.processor.busy_ns += time.monotonic_ns() - started
 
-    def _take(self, frames: list[bytes]) -> None:
-        """Queue complete frames; when the memory pool refused the next one, wait for room."""
-        self.pending.extend(frames)
+    def _received(self) -> None:
+        """Act on what came in; when the memory pool refused the next frame, wait for room."""
         pool = self.processor.memory_pool
-        if self.decoder.blocked and pool is not None:
+        if pool is not None and self.connection.awaiting_memory:
             pool.wait(self._memory_released)
         self.dispatch()
 
@@ -124,54 +110,78 @@ class KafkaConnection(asyncio.Protocol):
             self.processor.loop.call_soon_threadsafe(self._retry_frame)
 
     def _retry_frame(self) -> None:
-        if self.transport is None or self.closing or not self.decoder.blocked:
+        if self.transport is None or self.closing or not self.connection.awaiting_memory:
             return
-        self._take(self.decoder.resume())
+        self.connection.retry_frame()
+        self._received()
 
     def pause_writing(self) -> None:
         """The transport holds more unsent bytes than ``WRITE_BUFFER_HIGH``."""
-        self._writing_paused = True
+        self.connection.pause_writing()
 
     def resume_writing(self) -> None:
         """The client read enough: take the next request."""
-        self._writing_paused = False
+        self.connection.resume_writing()
         self.dispatch()
 
     def eof_received(self) -> bool:
         """The client closed its side: requests it already sent are still processed (an
         acks=0 Produce is never dropped), then the connection closes. A request parked
         in a purgatory for the client's sake (a long-poll Fetch) is let go at once."""
-        self.peer_closed = True
+        self.connection.receive_data(b"")
         if self.in_flight is not None:
             self.in_flight.mark_disconnected()
         if self.processor.tls is not None:
             return False  # TLS has no half-close: connection_lost finishes the queued requests
-        return self.in_flight is not None or bool(self.pending)
+        return not self.connection.idle
 
     def dispatch(self) -> None:
-        """Send the next pending frame to the RequestChannel unless one is in flight;
-        stop reading while complete frames wait, so a pipelining client is held back."""
+        """Act on the connection's next event: send a request to the RequestChannel,
+        close, or wait; stop reading while complete frames wait, so a pipelining client
+        is held back."""
         if self.closing or self.processor.draining:
             return
-        if self.in_flight is None and self.pending and not self._writing_paused:
-            frame = self.pending.popleft()
-            request = self.processor.build_request(self, frame)
-            if request is None:
-                self.processor.release(len(frame))
-                self.close()
-                return
-            self.in_flight = request
+        event = self.connection.next_event()
+        if type(event) is RequestReady:
+            self.in_flight = request = self._request(event)
             if self.processor.control_priority is not None:
                 self.processor.control_priority.begin()
             self.processor.channel.send_request(request)
+        elif type(event) is Close:
+            log.warning(
+                "closing connection: " + event.reason,
+                connection=self.connection_id,
+                listener=self.processor.endpoint.listener_name,
+                **event.details,
+            )
+            self.close()
+            return
+        elif event is CONNECTION_CLOSED:
+            self.close()
+            return
         self._pace_reading()
-        if self.peer_closed and self.in_flight is None and not self.pending:
-            self._finish()
+
+    def _request(self, event: RequestReady) -> Request:
+        session = self.session
+        endpoint = self.processor.endpoint
+        return Request(
+            processor=self.processor,
+            connection_id=self.connection_id,
+            listener_name=endpoint.listener_name,
+            security_protocol=endpoint.security_protocol,
+            principal=session.principal if session is not None else self.principal,
+            session=session,
+            client_host=self.peer[0],
+            client_port=self.peer[1],
+            header=event.header,
+            frame=event.frame,
+            plane=self.processor.channel.plane,
+        )
 
     def _pace_reading(self) -> None:
         if self.transport is None:
             return
-        hold = bool(self.pending) or self.decoder.blocked
+        hold = self.connection.wants_reading_paused
         if hold and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
@@ -195,24 +205,19 @@ class KafkaConnection(asyncio.Protocol):
         self.processor.observe(request)
         self.last_active = time.monotonic()
         self.in_flight = None
+        self.connection.response_sent()
         if response.close_connection:
             self.close()
             return
+        if self.session is not None:
+            self.connection.authenticated = self.session.authenticated
         self.dispatch()
 
     def close(self) -> None:
-        """Close the connection (pending bytes already written are flushed first)."""
+        """Close the connection (pending bytes already written are flushed first); the
+        frames not handed to a handler give their memory back."""
         self.closing = True
-        self._drop_unread()
-        self._finish()
-
-    def _drop_unread(self) -> None:
-        """Forget frames not yet handed to a handler and give their memory back."""
-        self.processor.release(sum(len(f) for f in self.pending) + self.decoder.reserved)
-        self.decoder.reserved = 0
-        self.pending.clear()
-
-    def _finish(self) -> None:
+        self.processor.release(self.connection.drop_unread())
         if self.transport is not None:
             self.transport.close()
         else:
@@ -224,13 +229,11 @@ class KafkaConnection(asyncio.Protocol):
             priority.unwatch(self.watched_fd)
             self.watched_fd = None
         self.transport = None
-        self.peer_closed = True
+        self.connection.receive_data(b"")
         if self.in_flight is not None:
             self.in_flight.mark_disconnected()
-        self.processor.release(self.decoder.reserved)  # the frame being received never will be
-        self.decoder.reserved = 0
-        if self.closing or (self.in_flight is None and not self.pending):
-            self._drop_unread()
+        if self.closing or self.connection.idle:
+            self.processor.release(self.connection.drop_unread())
             self.processor.forget(self)
 
 
@@ -264,7 +267,7 @@ class Processor:
         self.channel = channel
         self.max_request_size = max_request_size
         self.connections_max_idle_ms = connections_max_idle_ms
-        self._is_known_api = is_known_api
+        self.is_known_api = is_known_api
         self._on_response_sent = on_response_sent
         self._on_idle = on_idle
         self.connections: dict[str, KafkaConnection] = {}
@@ -360,54 +363,6 @@ class Processor:
         if self.connections.pop(conn.connection_id, None) is not None:
             with self._count_lock:
                 self._count -= 1
-
-    def build_request(self, conn: KafkaConnection, frame: bytes) -> Request | None:
-        """Parse the header and wrap the frame; None when the connection must close."""
-        try:
-            header = parse_request_header(frame)
-        except InvalidRequestHeader as exc:
-            log.warning(
-                "closing connection: invalid request header",
-                connection=conn.connection_id,
-                error=str(exc),
-            )
-            return None
-        if not self._is_known_api(header.api_key):
-            log.warning(
-                "closing connection: unknown or unsupported api key",
-                connection=conn.connection_id,
-                listener=self.endpoint.listener_name,
-                api_key=header.api_key,
-                api_version=header.api_version,
-                client_id=header.client_id,
-            )
-            return None
-        session = conn.session
-        if (
-            session is not None
-            and not session.authenticated
-            and (header.api_key not in PRE_AUTH_APIS)
-        ):
-            log.warning(
-                "closing connection: request before SASL authentication",
-                connection=conn.connection_id,
-                listener=self.endpoint.listener_name,
-                api_key=header.api_key,
-            )
-            return None
-        return Request(
-            processor=self,
-            connection_id=conn.connection_id,
-            listener_name=self.endpoint.listener_name,
-            security_protocol=self.endpoint.security_protocol,
-            principal=session.principal if session is not None else conn.principal,
-            session=session,
-            client_host=conn.peer[0],
-            client_port=conn.peer[1],
-            header=header,
-            frame=frame,
-            plane=self.channel.plane,
-        )
 
     def enqueue_response(self, response: Response) -> None:
         """Hand a response to this Processor (thread-safe)."""
