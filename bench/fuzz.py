@@ -41,6 +41,8 @@ from fuzz_watch import (
 )
 from fuzz_watch import start_broker as start_serve
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.list_groups.v0.request import ListGroupsRequest
+from kio.schema.metadata.v1.request import MetadataRequest
 
 from broker.testing.wire import WireClient
 from broker.tools.serve_process import ServeFailed
@@ -95,6 +97,15 @@ def open_broker(args: argparse.Namespace, work: Path) -> Broker:
             listeners["SASL_PLAINTEXT"] = _address(args.sasl_bootstrap)
         return attach_broker(listeners, args.log, args.pid)
     return start_serve(work, sasl=not args.no_sasl, config=args.config)
+
+
+def retained_state(address: tuple[str, int]) -> dict[str, int]:
+    """Topics and groups the broker holds (state valid fuzzed requests may create by
+    design), to weigh RSS growth against."""
+    with WireClient(*address) as client:
+        topics = client.request(MetadataRequest(topics=None)).topics
+        groups = client.request(ListGroupsRequest()).groups
+    return {"topics": len(topics), "groups": len(groups)}
 
 
 def served_versions(address: tuple[str, int], skip: set[int]) -> dict[int, list[int]]:
@@ -201,6 +212,10 @@ async def fuzz(args: argparse.Namespace, broker: Broker, work: Path
     after = await settle(broker, baseline, args) if not watch.died() else None
     result = summary(args, driver.tally, warm.tally, watch, baseline, after, seconds)
     if after is not None:
+        try:
+            result["broker"]["retained"] = retained_state(plain)
+        except (OSError, AssertionError) as exc:
+            result["broker"]["retained"] = repr(exc)
         grown = broker.fd_targets()
         grown.subtract(baseline_fds)
         result["broker"]["fds_grown"] = {t: n for t, n in grown.items() if n}
