@@ -129,9 +129,12 @@ def _writer(cls: type[Any]) -> Callable[[io.BytesIO, Any], None]:
     return writer
 
 
-def warm(versions: dict[int, range]) -> None:
-    """Load the classes and codecs of every served version ahead of the first request."""
+def warm(versions: dict[int, range], stop: Callable[[], bool] = lambda: False) -> None:
+    """Load the classes and codecs of every served version ahead of the first request;
+    ``stop`` is asked between APIs (a shutdown need not wait for the whole warm-up)."""
     for key, served in versions.items():
+        if stop():
+            return
         for version in served:
             _reader(request_class(key, version))
             _writer(response_class(key, version))
