@@ -39,9 +39,9 @@ class Acceptor:
         endpoint: EndPoint,
         sock: socket.socket,
         processors: list[Processor],
+        thread_name: str,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
-        thread_name: str | None = None,
     ) -> None:
         self.endpoint = endpoint
         self._sock = sock
@@ -54,8 +54,7 @@ class Acceptor:
         self._selector.register(self._sock, selectors.EVENT_READ)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._running = True
-        name = thread_name or f"kafka-socket-acceptor-{endpoint.listener_name}-{endpoint.port}"
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
 
     @property
     def bound_port(self) -> int:

@@ -21,7 +21,6 @@ import structlog
 import uvloop
 
 from broker.config.endpoint import EndPoint
-from broker.metrics.registry import CONTROL_PLANE
 from broker.network.memory_pool import MemoryPool
 from broker.network.plane_priority import ControlPlanePriority
 from broker.network.request_channel import Request, RequestChannel, Response
@@ -175,7 +174,7 @@ class KafkaConnection(asyncio.Protocol):
             client_port=self.peer[1],
             header=event.header,
             frame=event.frame,
-            plane=self.processor.channel.plane,
+            plane=self.processor.channel.plane.name,
         )
 
     def _pace_reading(self) -> None:
@@ -260,7 +259,7 @@ class Processor:
         self.sasl_max_receive_size = sasl_max_receive_size
         self.tls = tls
         # The control plane's Processor announces its requests; data-plane ones yield to them.
-        control = channel.plane == CONTROL_PLANE
+        control = channel.plane.is_control
         self.control_priority = priority if control else None
         self.data_priority = None if control else priority
         self.endpoint = endpoint
@@ -281,9 +280,9 @@ class Processor:
         self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
         self._thread = threading.Thread(
             target=self._run,
-            name=f"data-plane-kafka-network-thread-{endpoint.listener_name}-{processor_id}"
-            if channel.plane == "data"
-            else f"control-plane-kafka-network-thread-{processor_id}",
+            name=channel.plane.thread_name(
+                "network-thread", f"{endpoint.listener_name}-{processor_id}"
+            ),
             daemon=True,
         )
         self._stopped = threading.Event()

@@ -1,7 +1,8 @@
 """RequestChannel: the queue between Processors and RequestHandlers, and back.
 
 Kafka's back-pressure lives here: ``send_request`` blocks the calling Processor while the
-queue is full. The control plane (KIP-291) gets its own channel of 20 slots.
+queue is full. Each Plane (KIP-291) has its own channel, sized by the plane, and the channel
+registers the plane's queue gauges.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from broker.config.endpoint import SecurityProtocol
-from broker.metrics.registry import DATA_PLANE
+from broker.metrics.registry import DATA_PLANE, BrokerMetrics
+from broker.network.plane import Plane
 from protocol.framing import RequestHeader
 
-CONTROL_PLANE_QUEUE_SIZE = 20
 _DISCONNECT_LOCK = threading.Lock()
 
 
@@ -25,6 +26,13 @@ class ResponseSink(Protocol):
     """What a Processor offers handlers: a thread-safe way to hand a response back."""
 
     def enqueue_response(self, response: Response) -> None: ...
+
+
+class PlaneProcessor(ResponseSink, Protocol):
+    """A Processor as its channel's gauges see it."""
+
+    response_queue_size: int
+    idle_connections_killed: int
 
 
 @dataclass(slots=True, eq=False)
@@ -89,10 +97,31 @@ SHUTDOWN = _Shutdown()
 class RequestChannel:
     """A bounded request queue for one plane, and the path back to each Processor."""
 
-    def __init__(self, queue_size: int, plane: str = DATA_PLANE) -> None:
+    def __init__(self, plane: Plane) -> None:
         self.plane = plane
-        self.queue_size = queue_size
-        self._queue: queue.Queue[Request | _Shutdown] = queue.Queue(maxsize=queue_size)
+        self.queue_size = plane.queue_size
+        self._queue: queue.Queue[Request | _Shutdown] = queue.Queue(maxsize=plane.queue_size)
+        self.processors: list[PlaneProcessor] = []  # the plane's Processors, for the gauges
+
+    def register_gauges(self, metrics: BrokerMetrics) -> None:
+        """The plane's KIP-291 gauges: its request queue, its Processors' response queues
+        and the idle connections they closed."""
+        name = self.plane.name
+        metrics.register_gauge(
+            self.plane.request_queue_size_metric,
+            f"Requests waiting in the {name}-plane request queue",
+            lambda: float(self.size),
+        )
+        metrics.register_gauge(
+            self.plane.response_queue_size_metric,
+            f"Responses waiting in the {name}-plane response queues",
+            lambda: float(sum(p.response_queue_size for p in list(self.processors))),
+        )
+        metrics.register_gauge(
+            self.plane.expired_connections_killed_metric,
+            f"Idle connections the {name}-plane processors closed",
+            lambda: float(sum(p.idle_connections_killed for p in list(self.processors))),
+        )
 
     def send_request(self, request: Request) -> None:
         """Enqueue a request, blocking while the queue is full."""

@@ -13,6 +13,7 @@ import structlog
 from broker.config.endpoint import EndPoint
 from broker.network.acceptor import Acceptor, bind_listener
 from broker.network.memory_pool import MemoryPool
+from broker.network.plane import Plane
 from broker.network.plane_priority import ControlPlanePriority
 from broker.network.processor import IdleObserver, Processor, RequestObserver
 from broker.network.request_channel import RequestChannel
@@ -46,7 +47,7 @@ class SocketServer:
         control_channel: RequestChannel | None,
         is_known_api: Callable[[int], bool],
         on_response_sent: RequestObserver | None = None,
-        idle_observer: Callable[[int, str], IdleObserver] | None = None,
+        idle_observer: Callable[[int, str, Plane], IdleObserver] | None = None,
         tls: Mapping[str, ServerTls] | None = None,
         priority: ControlPlanePriority | None = None,
     ) -> None:
@@ -91,19 +92,25 @@ class SocketServer:
         for endpoint, sock in sockets:
             self._add(endpoint, sock)
 
+    def channel_of(self, listener_name: str) -> RequestChannel:
+        """The RequestChannel, and so the Plane, of a listener."""
+        control = listener_name == self.control_plane_listener_name
+        return self.control_channel if control and self.control_channel else self.data_channel
+
     def _add(self, endpoint: EndPoint, sock: socket.socket) -> None:
-        control = endpoint.listener_name == self.control_plane_listener_name
-        channel = self.control_channel if control and self.control_channel else self.data_channel
-        count = 1 if control else self.config.num_network_threads
+        channel = self.channel_of(endpoint.listener_name)
+        count = 1 if channel.plane.is_control else self.config.num_network_threads
         pool = [self._new_processor(endpoint, channel) for _ in range(count)]
         self.processors[endpoint.listener_name] = pool
         acceptor = Acceptor(
             endpoint,
             sock,
             pool,
+            channel.plane.thread_name(
+                "socket-acceptor", f"{endpoint.listener_name}-{endpoint.port}"
+            ),
             self.config.socket_send_buffer_bytes,
             self.config.socket_receive_buffer_bytes,
-            thread_name="control-plane-kafka-socket-acceptor" if control else None,
         )
         self.acceptors[endpoint.listener_name] = acceptor
         self.bound[endpoint.listener_name] = dataclasses.replace(endpoint, port=acceptor.bound_port)
@@ -132,7 +139,7 @@ class SocketServer:
         acceptor = self.acceptors.pop(name)
         acceptor.shutdown()
         for processor in self.processors.pop(name):
-            processor.shutdown()
+            self._stop_processor(processor)
         self.bound.pop(name, None)
         self._tls.pop(name, None)
 
@@ -164,7 +171,7 @@ class SocketServer:
                 leaving, kept = by_load[: len(pool) - count], by_load[len(pool) - count :]
                 acceptor.processors = kept
                 for processor in leaving:
-                    processor.shutdown()
+                    self._stop_processor(processor)
             acceptor.processors = kept
             self.processors[name] = kept
         log.info("network threads resized", per_listener=count)
@@ -174,9 +181,13 @@ class SocketServer:
         for acceptor in self.acceptors.values():
             acceptor.start()
 
+    def _stop_processor(self, processor: Processor) -> None:
+        processor.shutdown()
+        processor.channel.processors.remove(processor)
+
     def _new_processor(self, endpoint: EndPoint, channel: RequestChannel) -> Processor:
         processor_id = next(self._ids)
-        return Processor(
+        processor = Processor(
             processor_id,
             endpoint,
             channel,
@@ -184,14 +195,16 @@ class SocketServer:
             self.config.connections_max_idle_ms,
             self._is_known_api,
             self._on_response_sent,
-            self._idle_observer(processor_id, endpoint.listener_name)
+            self._idle_observer(processor_id, endpoint.listener_name, channel.plane)
             if self._idle_observer
             else None,
             self._tls.get(endpoint.listener_name),
             self._priority,
-            self.memory_pool if channel is self.data_channel else None,
+            None if channel.plane.is_control else self.memory_pool,
             self.config.sasl_server_max_receive_size,
         )
+        channel.processors.append(processor)
+        return processor
 
     def all_processors(self) -> list[Processor]:
         """Every Processor of every listener."""

@@ -30,25 +30,13 @@ from broker.metadata.store import MetadataStore, NodeExistsError
 from broker.metadata.stores import open_store
 from broker.metadata.zk_store import ZooKeeperMetadataStore
 from broker.metrics import (
-    CONTROL_PLANE,
-    CONTROL_PLANE_EXPIRED_CONNECTIONS_KILLED_COUNT,
-    CONTROL_PLANE_NETWORK_PROCESSOR_AVG_IDLE_PERCENT,
-    CONTROL_PLANE_REQUEST_HANDLER_AVG_IDLE_PERCENT,
-    CONTROL_PLANE_REQUEST_QUEUE_SIZE,
-    CONTROL_PLANE_RESPONSE_QUEUE_SIZE,
-    DATA_PLANE,
-    EXPIRED_CONNECTIONS_KILLED_COUNT,
-    NETWORK_PROCESSOR_AVG_IDLE_PERCENT,
-    REQUEST_HANDLER_AVG_IDLE_PERCENT,
-    REQUEST_QUEUE_SIZE,
-    RESPONSE_QUEUE_SIZE,
     BrokerMetrics,
     MetricsHttpServer,
 )
 from broker.metrics.reporters import DynamicMetricsReporters
+from broker.network.plane import Plane, planes
 from broker.network.plane_priority import ControlPlanePriority
-from broker.network.processor import Processor
-from broker.network.request_channel import CONTROL_PLANE_QUEUE_SIZE, RequestChannel
+from broker.network.request_channel import RequestChannel
 from broker.network.socket_server import SocketServer, SocketServerConfig
 from broker.network.tls import server_tls
 from broker.security.authorizer import authorizer_from_config
@@ -83,17 +71,6 @@ from broker.utils.timer import SystemTimer
 log = structlog.get_logger(__name__)
 
 SHUTDOWN_DRAIN_SECONDS = 3.0
-
-
-# Per plane: request queue size, response queue size, expired connections killed.
-_PLANE_GAUGES = {
-    DATA_PLANE: (REQUEST_QUEUE_SIZE, RESPONSE_QUEUE_SIZE, EXPIRED_CONNECTIONS_KILLED_COUNT),
-    CONTROL_PLANE: (
-        CONTROL_PLANE_REQUEST_QUEUE_SIZE,
-        CONTROL_PLANE_RESPONSE_QUEUE_SIZE,
-        CONTROL_PLANE_EXPIRED_CONNECTIONS_KILLED_COUNT,
-    ),
-}
 
 
 class KafkaServer:
@@ -165,12 +142,9 @@ class KafkaServer:
             self._partition_exists,
         )
         self.apis = KafkaApis(self._api_families(), self.authorizer)
-        self.data_channel = RequestChannel(config.get_int("queued.max.requests"), DATA_PLANE)
-        self.control_channel = (
-            RequestChannel(CONTROL_PLANE_QUEUE_SIZE, CONTROL_PLANE)
-            if config.control_plane_listener_name
-            else None
-        )
+        data_plane, control_plane = planes(config)
+        self.data_channel = RequestChannel(data_plane)
+        self.control_channel = RequestChannel(control_plane) if control_plane else None
         # KIP-291 in one process: data-plane threads yield the GIL to control requests.
         self.priority = (
             ControlPlanePriority(data_thread_nice=config.get_int("kplane.data.plane.thread.nice"))
@@ -198,17 +172,13 @@ class KafkaServer:
             tls,
             self.priority,
         )
-        self.handler_pool = self._handler_pool(
-            self.data_channel, config.get_int("num.io.threads"), REQUEST_HANDLER_AVG_IDLE_PERCENT
-        )
+        self.handler_pool = self._handler_pool(self.data_channel)
         self.control_handler_pool = (
-            self._handler_pool(
-                self.control_channel, 1, CONTROL_PLANE_REQUEST_HANDLER_AVG_IDLE_PERCENT
-            )
-            if self.control_channel
-            else None
+            self._handler_pool(self.control_channel) if self.control_channel else None
         )
-        self._register_plane_gauges()
+        for channel in (self.data_channel, self.control_channel):
+            if channel is not None:
+                channel.register_gauges(self.metrics)
         self.tls = tls
         self._add_reconfigurables(config)
         try:
@@ -250,7 +220,7 @@ class KafkaServer:
                 bind_host=endpoint.host or "0.0.0.0",
                 port=endpoint.port,
                 advertised=advertised.connection_string if advertised else None,
-                plane=CONTROL_PLANE if name == config.control_plane_listener_name else DATA_PLANE,
+                plane=self.socket_server.channel_of(name).plane.name,
             )
         log.info("started", broker_id=self.broker_id, cluster_id=self.cluster_id)
 
@@ -314,7 +284,9 @@ class KafkaServer:
                 self.handler_pool,
                 self.socket_server,
                 lambda n: self.metrics.idle_meter(
-                    REQUEST_HANDLER_AVG_IDLE_PERCENT, {"plane": DATA_PLANE}, pool_size=n
+                    self.data_channel.plane.handler_idle_metric,
+                    {"plane": self.data_channel.plane.name},
+                    pool_size=n,
                 ).set_pool_size(n),
             )
         )
@@ -368,10 +340,12 @@ class KafkaServer:
         info = self.cache.topic(topic)
         return info is not None and partition in info.partitions
 
-    def _handler_pool(
-        self, channel: RequestChannel, threads: int, metric: str
-    ) -> RequestHandlerPool:
-        meter = self.metrics.idle_meter(metric, {"plane": channel.plane}, pool_size=threads)
+    def _handler_pool(self, channel: RequestChannel) -> RequestHandlerPool:
+        plane = channel.plane
+        threads = plane.handler_threads
+        meter = self.metrics.idle_meter(
+            plane.handler_idle_metric, {"plane": plane.name}, pool_size=threads
+        )
 
         def on_idle(idle_ns: int, _total_ns: int) -> None:
             meter.record_idle(idle_ns)
@@ -381,49 +355,14 @@ class KafkaServer:
             lambda request: self.apis.handle(request, channel),
             threads,
             on_idle,
-            self.priority if channel.plane == DATA_PLANE else None,
+            None if plane.is_control else self.priority,
         )
 
-    def _register_plane_gauges(self) -> None:
-        """KIP-291's gauges: the data plane's names count the data plane only, the control
-        plane has its own (registered only when it exists)."""
-        assert self.socket_server is not None
-        server = self.socket_server
-        control = self.config.control_plane_listener_name
-
-        def processors(plane: str) -> list[Processor]:
-            return [
-                p
-                for p in server.all_processors()
-                if (p.endpoint.listener_name == control) == (plane == CONTROL_PLANE)
-            ]
-
-        channels = [(DATA_PLANE, self.data_channel)]
-        if self.control_channel is not None:
-            channels.append((CONTROL_PLANE, self.control_channel))
-        for plane, channel in channels:
-            names = _PLANE_GAUGES[plane]
-            self.metrics.register_gauge(
-                names[0],
-                f"Requests waiting in the {plane}-plane request queue",
-                lambda c=channel: float(c.size),  # type: ignore[misc]
-            )
-            self.metrics.register_gauge(
-                names[1],
-                f"Responses waiting in the {plane}-plane response queues",
-                lambda pl=plane: float(sum(p.response_queue_size for p in processors(pl))),  # type: ignore[misc]
-            )
-            self.metrics.register_gauge(
-                names[2],
-                f"Idle connections the {plane}-plane processors closed",
-                lambda pl=plane: float(sum(p.idle_connections_killed for p in processors(pl))),  # type: ignore[misc]
-            )
-
-    def _processor_idle_meter(self, processor_id: int, listener: str) -> Callable[[int, int], None]:
+    def _processor_idle_meter(
+        self, processor_id: int, listener: str, plane: Plane
+    ) -> Callable[[int, int], None]:
         meter = self.metrics.idle_meter(
-            CONTROL_PLANE_NETWORK_PROCESSOR_AVG_IDLE_PERCENT
-            if listener == self.config.control_plane_listener_name
-            else NETWORK_PROCESSOR_AVG_IDLE_PERCENT,
+            plane.processor_idle_metric,
             {"networkProcessor": str(processor_id), "listener": listener},
         )
 

@@ -34,7 +34,6 @@ class RequestHandlerPool:
         self._handle = handle
         self._on_idle = on_idle
         self._threads: list[threading.Thread] = []
-        self._prefix = "data-plane" if channel.plane == "data" else "control-plane"
         self._ids = itertools.count()
         self._started = False
         self._lock = threading.Lock()
@@ -45,7 +44,7 @@ class RequestHandlerPool:
         for _ in range(count):
             thread = threading.Thread(
                 target=self._run,
-                name=f"{self._prefix}-kafka-request-handler-{next(self._ids)}",
+                name=self.channel.plane.thread_name("request-handler", next(self._ids)),
                 daemon=True,
             )
             self._threads.append(thread)
@@ -77,7 +76,7 @@ class RequestHandlerPool:
                 # Each leaving thread sees it is retired after its current request (or
                 # within the 0.3 s receive timeout) and exits; no request is dropped.
                 self._retiring.update(t.name for t in leaving)
-        log.info("request handler pool resized", plane=self.channel.plane, threads=num_threads)
+        log.info("request handler pool resized", plane=self.channel.plane.name, threads=num_threads)
 
     def _run(self) -> None:
         name = threading.current_thread().name
