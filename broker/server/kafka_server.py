@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import sys
 import threading
 import time
 import uuid
@@ -26,7 +24,8 @@ from broker.metadata.cache import MetadataCache
 from broker.metadata.config_changes import ConfigChangeListener
 from broker.metadata.kafka_store import BrokerRegistration, KafkaMetadataClient
 from broker.metadata.meta_properties import check_meta_properties
-from broker.metadata.store import MetadataStore, NodeExistsError
+from broker.metadata.registration import BrokerRegistrar
+from broker.metadata.store import MetadataStore
 from broker.metadata.stores import open_store
 from broker.metadata.zk_store import ZooKeeperMetadataStore
 from broker.metrics import (
@@ -57,7 +56,9 @@ from broker.server.dynamic_thread_pool import DynamicThreadPool
 from broker.server.fetch_apis import FetchApis
 from broker.server.group_apis import GroupApis
 from broker.server.kafka_apis import KafkaApis
+from broker.server.lifecycle import Lifecycle
 from broker.server.metadata_apis import MetadataApis
+from broker.server.process_tuning import set_switch_interval, settle_heap
 from broker.server.produce_apis import ProduceApis, ProducerIdManager
 from broker.server.replica_manager import ReplicaManager
 from broker.server.request_handler import RequestHandlerPool
@@ -86,6 +87,7 @@ class KafkaServer:
         self.metrics_http: MetricsHttpServer | None = None
         self.socket_server: SocketServer | None = None
         self.bound: dict[str, EndPoint] = {}
+        self.lifecycle = Lifecycle()
 
     @property
     def config(self) -> KafkaConfig:
@@ -95,24 +97,70 @@ class KafkaServer:
 
     # start-up --------------------------------------------------------------------------
     def startup(self) -> None:
-        """Start every component; raises (and cleans up) when the broker cannot start."""
+        """Start the broker in named phases: metadata -> security -> logs and coordinators
+        -> request planes -> open (accepting, registered) -> controller. Each component's
+        stop joins one lifecycle, so shutdown is start-up reversed; raises (and cleans up)
+        when the broker cannot start."""
+        try:
+            config = self._start_metadata()
+            self._start_security(config)
+            self._start_logs_and_coordinators(config)
+            self._start_request_planes(config)
+            self._open()
+            self._start_controller(config)
+        except BaseException:
+            self.shutdown()
+            raise
+        self._started = True
+        assert self.socket_server is not None
+        for name, endpoint in self.bound.items():
+            advertised = self.advertised(name)
+            log.info(
+                "listener bound",
+                listener=name,
+                security_protocol=endpoint.security_protocol.value,
+                bind_host=endpoint.host or "0.0.0.0",
+                port=endpoint.port,
+                advertised=advertised.connection_string if advertised else None,
+                plane=self.socket_server.channel_of(name).plane.name,
+            )
+        log.info("started", broker_id=self.broker_id, cluster_id=self.cluster_id)
+
+    def settle_heap(self, stop: Callable[[], bool]) -> None:
+        """A long-running broker's last start-up step (``kplane serve``): every served
+        schema loaded and the start-up heap frozen (``process_tuning.settle_heap``)."""
+        settle_heap(self.apis.supported_versions(), stop)
+
+    def _start_metadata(self) -> KafkaConfig:
+        """The metadata store, the dynamic config on top of the static one (KIP-226), the
+        cluster id and the MetadataCache. Returns the config to start with."""
         log_dir = self.static_config.log_dirs[0]
         os.makedirs(log_dir, exist_ok=True)
         self.store = self._store or open_store(self.static_config)
+        self.lifecycle.on_shutdown("close metadata store", self.store.close)
         self.client = KafkaMetadataClient(self.store)
-        # Static config with the dynamic values stored for this broker on top (KIP-226).
         self.dynamic = DynamicBrokerConfig(self.static_config, self.client)
         config = self.dynamic.initialize()
-        sys.setswitchinterval(config.get_int("kplane.gil.switch.interval.us") / 1_000_000)
-        # Before anything starts: a bad keystore or JAAS config stops start-up here.
-        tls = server_tls(config)
-        self.scram_credentials = ScramCredentialStore(self.client)
-        self.sasl_listeners = sasl_listeners(config, self.scram_credentials)
-        self.authorizer = authorizer_from_config(config, self.store)
+        set_switch_interval(config)
         self.cluster_id = self.client.get_or_create_cluster_id()
         check_meta_properties(log_dir, self.broker_id, self.cluster_id)
         self.cache = MetadataCache(self.cluster_id, self.broker_id)
+        self.registrar = BrokerRegistrar(self.client, self._registration)
+        return config
+
+    def _start_security(self, config: KafkaConfig) -> None:
+        """TLS contexts, SASL servers and the authorizer: a bad keystore or JAAS config
+        stops start-up here, before anything listens."""
+        self.tls = server_tls(config)
+        self.scram_credentials = ScramCredentialStore(self.client)
+        self.sasl_listeners = sasl_listeners(config, self.scram_credentials)
+        self.authorizer = authorizer_from_config(config, self.store)
+
+    def _start_logs_and_coordinators(self, config: KafkaConfig) -> None:
+        """The timer, partition logs, the replica manager, topic administration and the
+        group coordinator."""
         self.timer = SystemTimer()
+        self.lifecycle.on_shutdown("stop timer", self.timer.shutdown)
         self.log_manager = LogManager()
         self.log_configs = LogConfigs(self.client, lambda: self.config)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", self.timer)
@@ -141,6 +189,12 @@ class KafkaServer:
             self.timer,
             self._partition_exists,
         )
+        self.lifecycle.on_shutdown("stop group coordinator", self.group_coordinator.shutdown)
+
+    def _start_request_planes(self, config: KafkaConfig) -> None:
+        """KafkaApis, a RequestChannel and a handler pool per plane (KIP-291), the
+        SocketServer bound (connections wait in the backlog), and the components KIP-226
+        reconfigures."""
         self.apis = KafkaApis(self._api_families(), self.authorizer)
         data_plane, control_plane = planes(config)
         self.data_channel = RequestChannel(data_plane)
@@ -151,6 +205,8 @@ class KafkaServer:
             if self.control_channel
             else None
         )
+        if self.priority is not None:
+            self.lifecycle.on_shutdown("release control-plane priority", self.priority.close)
         observer = RequestMetricsObserver(self.metrics)
         self.socket_server = SocketServer(
             config.listeners,
@@ -169,7 +225,7 @@ class KafkaServer:
             self.apis.is_known_api,
             observer.on_response_sent,
             self._processor_idle_meter,
-            tls,
+            self.tls,
             self.priority,
         )
         self.handler_pool = self._handler_pool(self.data_channel)
@@ -179,50 +235,48 @@ class KafkaServer:
         for channel in (self.data_channel, self.control_channel):
             if channel is not None:
                 channel.register_gauges(self.metrics)
-        self.tls = tls
         self._add_reconfigurables(config)
-        try:
-            self.socket_server.bind()
-            self.bound = self.socket_server.bound
-            self.handler_pool.start()
-            if self.control_handler_pool:
-                self.control_handler_pool.start()
-            if self.authorizer is not None:
-                self.authorizer.startup()
-            self._register()
-            self.socket_server.start()
-            self.channels = ControllerChannelManager(config)
-            self.controller = KafkaController(
-                self.broker_id,
-                self.client,
-                self.channels,
-                lambda: self.config.get_bool("unclean.leader.election.enable"),
-            )
-            self.controller.startup()
-            if isinstance(self.store, ZooKeeperMetadataStore):
-                self.store.add_session_listener(self._on_new_session)
-            self._await_own_metadata()
-            self.config_changes = ConfigChangeListener(self.store)
-            self.config_changes.subscribe(self.dynamic.on_config_change)
-            self.config_changes.subscribe(self.log_configs.on_config_change)
-            self.config_changes.start()
-            self._start_metrics_http()
-        except BaseException:
-            self.shutdown()
-            raise
-        self._started = True
-        for name, endpoint in self.bound.items():
-            advertised = self.advertised(name)
-            log.info(
-                "listener bound",
-                listener=name,
-                security_protocol=endpoint.security_protocol.value,
-                bind_host=endpoint.host or "0.0.0.0",
-                port=endpoint.port,
-                advertised=advertised.connection_string if advertised else None,
-                plane=self.socket_server.channel_of(name).plane.name,
-            )
-        log.info("started", broker_id=self.broker_id, cluster_id=self.cluster_id)
+        self.lifecycle.on_shutdown("stop processors", self.socket_server.shutdown_processors)
+        self.socket_server.bind()
+        self.bound = self.socket_server.bound
+        for pool in (self.handler_pool, self.control_handler_pool):
+            if pool is not None:
+                self.lifecycle.on_shutdown("stop handlers", pool.shutdown)
+                pool.start()
+
+    def _open(self) -> None:
+        """Start the authorizer, register under /brokers/ids and accept connections. At
+        shutdown, in reverse: stop accepting, let parked fetches answer, drain."""
+        assert self.socket_server is not None
+        if self.authorizer is not None:
+            self.authorizer.startup()
+        self.registrar.register()
+        self.lifecycle.on_shutdown("drain", self._drain)
+        self.lifecycle.on_shutdown("complete delayed fetches", self.fetch_purgatory.complete_all)
+        self.lifecycle.on_shutdown("stop accepting", self.socket_server.stop_accepting)
+        self.socket_server.start()
+
+    def _start_controller(self, config: KafkaConfig) -> None:
+        """The controller and its channels (which reach this broker over its own listener,
+        so after ``_open``), the wait for the controller's first UpdateMetadata, dynamic
+        config changes, and /metrics."""
+        self.channels = ControllerChannelManager(config)
+        self.lifecycle.on_shutdown("stop controller channels", self.channels.shutdown)
+        self.controller = KafkaController(
+            self.broker_id,
+            self.client,
+            self.channels,
+            lambda: self.config.get_bool("unclean.leader.election.enable"),
+        )
+        self.controller.startup()
+        if isinstance(self.store, ZooKeeperMetadataStore):
+            self.store.add_session_listener(self._on_new_session)
+        self._await_own_metadata()
+        self.config_changes = ConfigChangeListener(self.store)
+        self.config_changes.subscribe(self.dynamic.on_config_change)
+        self.config_changes.subscribe(self.log_configs.on_config_change)
+        self.config_changes.start()
+        self._start_metrics_http()
 
     def _api_families(self) -> list[ApiFamily]:
         return [
@@ -296,10 +350,11 @@ class KafkaServer:
                 self.socket_server,
                 self.sasl_listeners,
                 proposed,
-                self._reregister,
+                self.registrar.update,
             )
         )
         self.metric_reporters = DynamicMetricsReporters(config, self.metrics)
+        self.lifecycle.on_shutdown("close metrics reporters", self.metric_reporters.close)
         dynamic.add_reconfigurable(self.metric_reporters)
         dynamic.add_reconfigurable(
             DynamicListenerSecurity(self.socket_server, self.tls, self.sasl_listeners, proposed)
@@ -320,8 +375,7 @@ class KafkaServer:
         and stand for controller again."""
         log.info("metadata store session renewed: registering again", broker_id=self.broker_id)
         self.controller.resign()
-        with contextlib.suppress(NodeExistsError):
-            self.client.register_broker(self._registration())
+        self.registrar.register_again()
         self.controller.elect()
 
     def _coordinator_of(self, group_id: str) -> int | None:
@@ -388,18 +442,6 @@ class KafkaServer:
         )
         return BrokerRegistration(self.broker_id, endpoints, self.config.get("broker.rack"))
 
-    def _register(self) -> None:
-        try:
-            self.client.register_broker(self._registration())
-        except NodeExistsError:
-            raise RuntimeError(
-                f"broker.id {self.broker_id} is already registered at /brokers/ids/{self.broker_id}"
-            ) from None
-
-    def _reregister(self) -> None:
-        """Publish this broker's current endpoints (listeners changed at runtime)."""
-        self.client.update_broker(self._registration())
-
     def _start_metrics_http(self) -> None:
         port = self.config.get_int("kplane.metrics.port")
         if port < 0:
@@ -410,56 +452,20 @@ class KafkaServer:
             port,
             self.priority.yield_to_control if self.priority is not None else None,
         )
+        self.lifecycle.on_shutdown("stop metrics http", self.metrics_http.stop)
         self.metrics_http.start()
         log.info("metrics exposed", url=self.metrics_http.url)
 
     # shutdown ------------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Stop accepting, let in-flight requests finish, close connections, stop threads.
-
-        Every step runs even when an earlier one fails, so a half-started broker is
-        cleaned up and the error that stopped its start-up is the one reported.
-        """
+        """Stop accepting, let in-flight requests finish, close connections, stop threads:
+        start-up reversed (see ``Lifecycle``); the error that stopped a start-up is the one
+        reported."""
         if self._stopped.is_set():
             return
         self._stopped.set()
         started = time.monotonic()
-        server = self.socket_server
-        steps: list[tuple[str, Callable[[], object]]] = []
-        if server is not None:
-            steps.append(("stop accepting", server.stop_accepting))
-        if getattr(self, "fetch_purgatory", None) is not None:
-            steps.append(("complete delayed fetches", self.fetch_purgatory.complete_all))
-        if server is not None:
-            steps.append(("drain", self._drain))
-        for pool in (
-            getattr(self, "handler_pool", None),
-            getattr(self, "control_handler_pool", None),
-        ):
-            if pool is not None:
-                steps.append(("stop handlers", pool.shutdown))
-        if server is not None:
-            steps.append(("stop processors", server.shutdown_processors))
-        priority = getattr(self, "priority", None)
-        if priority is not None:
-            steps.append(("release control-plane priority", priority.close))
-        if getattr(self, "group_coordinator", None) is not None:
-            steps.append(("stop group coordinator", self.group_coordinator.shutdown))
-        if getattr(self, "timer", None) is not None:
-            steps.append(("stop timer", self.timer.shutdown))
-        if self.metrics_http is not None:
-            steps.append(("stop metrics http", self.metrics_http.stop))
-        if getattr(self, "metric_reporters", None) is not None:
-            steps.append(("close metrics reporters", self.metric_reporters.close))
-        if getattr(self, "channels", None) is not None:
-            steps.append(("stop controller channels", self.channels.shutdown))
-        if getattr(self, "store", None) is not None:
-            steps.append(("close metadata store", self.store.close))
-        for name, step in steps:
-            try:
-                step()
-            except Exception:
-                log.exception("shutdown step failed", step=name)
+        self.lifecycle.shutdown()
         if self._started:
             log.info(
                 "stopped", broker_id=self.broker_id, seconds=round(time.monotonic() - started, 3)
