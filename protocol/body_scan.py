@@ -32,6 +32,11 @@ Step = Callable[[bytes, int, int, list[Edit]], int]
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_TIMEDELTA_MAX_MS = 9_223_372_036_854_775
+"""The most ms kio's decoder turns into a timedelta (int64 microseconds, about 292,000
+years): ``timedelta_i64`` fields are an int64 of ms on the wire, where Kafka takes any value,
+and kio fails past this."""
 
 _FIXED_SIZES = {
     "bool": 1,
@@ -192,7 +197,25 @@ def _nullable_struct(inner: Step) -> Step:
     return step
 
 
+def _clamped_ms(name: str) -> Step:
+    """An int64 of ms beyond what a timedelta holds is clamped to it (an edit), so a
+    retention of "practically forever" decodes instead of failing."""
+
+    def step(buf: bytes, pos: int, end: int, edits: list[Edit]) -> int:
+        if pos + 8 > end:
+            raise MalformedBody(f"{name}: 8 bytes needed, {end - pos} left")
+        (value,) = _INT64.unpack_from(buf, pos)
+        if abs(value) > _TIMEDELTA_MAX_MS:
+            clamped = _TIMEDELTA_MAX_MS if value > 0 else -_TIMEDELTA_MAX_MS
+            edits.append((pos, pos + 8, _INT64.pack(clamped)))
+        return pos + 8
+
+    return step
+
+
 def _primitive_step(name: str, kafka_type: str, flexible: bool, nullable: bool) -> Step:
+    if kafka_type == "timedelta_i64":
+        return _clamped_ms(name)
     size = _FIXED_SIZES.get(kafka_type)
     if size is not None:
         return _skip(size, name)
@@ -304,7 +327,9 @@ def _entity_step(cls: type[Any]) -> Step:
             kafka_type = field.metadata.get("kafka_type")
             fixed = (
                 _FIXED_SIZES.get(kafka_type)
-                if kafka_type and not classify_field(field).is_array
+                if kafka_type
+                and kafka_type != "timedelta_i64"
+                and not classify_field(field).is_array
                 else None
             )
             plain.append((step, fixed))

@@ -9,7 +9,7 @@ ones. A controller older than the newest seen is answered STALE_CONTROLLER_EPOCH
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import structlog
@@ -24,6 +24,7 @@ from broker.server.replica_manager import ReplicaManager, ReplicaState, StopRepl
 from protocol import api
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
+from protocol.topic_names import validate_topic_name
 
 log = structlog.get_logger(__name__)
 
@@ -59,14 +60,20 @@ class ControllerApis:
 
     @staticmethod
     def _apply(
-        ctx: RequestContext, action: Callable[[], Mapping[TopicPartition, ErrorCode]]
+        ctx: RequestContext,
+        topics: Iterable[str],
+        action: Callable[[], Mapping[TopicPartition, ErrorCode]],
     ) -> tuple[ErrorCode, Mapping[TopicPartition, ErrorCode]]:
         """(the request's error, per-partition errors) of running ``action``: refused with
         CLUSTER_AUTHORIZATION_FAILED without ClusterAction (only brokers may send these), or
-        with the code of the KafkaError it raises (a stale controller epoch), logged."""
+        with the code of the KafkaError it raises (a stale controller epoch), logged. A
+        topic name no controller can send (``""``, ``..``) is refused before anything is
+        applied: names become store paths and, later, directories."""
         if not ctx.authorized(AclOperation.CLUSTER_ACTION, AclResourceType.CLUSTER):
             return ErrorCode.cluster_authorization_failed, {}
         try:
+            for name in set(topics):
+                validate_topic_name(name)
             return ErrorCode.none, action()
         except KafkaError as exc:
             log.info(
@@ -94,6 +101,7 @@ class ControllerApis:
         ]
         top, errors = self._apply(
             ctx,
+            (s.tp.topic for s in states),
             lambda: self.replica_manager.become_leader_or_follower(
                 int(body.controller_epoch), states
             ),
@@ -137,7 +145,9 @@ class ControllerApis:
         body = ctx.body
         stops = list(self._stops(body))
         top, errors = self._apply(
-            ctx, lambda: self.replica_manager.stop_replicas(int(body.controller_epoch), stops)
+            ctx,
+            (s.tp.topic for s in stops),
+            lambda: self.replica_manager.stop_replicas(int(body.controller_epoch), stops),
         )
         deleted = [s.tp.topic for s in stops if s.delete and errors.get(s.tp) is ErrorCode.none]
         if deleted:
@@ -197,7 +207,13 @@ class ControllerApis:
             self._update_cache(body)
             return {}
 
-        error, _ = self._apply(ctx, update)
+        names = (
+            name
+            for name, _, _ in _grouped(
+                body, "ungrouped_partition_states", "topic_states", "topic_name"
+            )
+        )
+        error, _ = self._apply(ctx, names, update)
         ctx.respond(ctx.make_response(error_code=error))
 
     def _update_cache(self, body: Any) -> None:

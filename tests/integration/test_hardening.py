@@ -303,3 +303,33 @@ def test_queued_max_request_bytes_holds_new_requests_until_memory_frees(broker_f
         frame = client.read_frame()
     assert api.decode_response(18, 3, frame, 4).error_code == ErrorCode.none
     _still_serves(broker)
+
+
+def test_controller_request_naming_an_impossible_topic_changes_nothing(
+    broker: RunningBroker,
+) -> None:
+    """An UpdateMetadata from any client naming topic "" (epoch 2^31-1) used to enter the
+    cache and refuse every later controller update as stale; now it is refused whole."""
+    forged = bytes.fromhex(
+        "000000450006000400000001000174000000007fffffff00000001000000000000000000000000"
+        "00000000000000000001000000000000000000000001000000000000000000000000"
+    )
+    with broker.wire() as client:
+        client.send_raw(forged)
+        frame = client.read_frame()
+    assert api.decode_response(6, 4, frame, 4).error_code == ErrorCode.invalid_topic_exception
+    assert "" not in broker.server.cache.snapshot.topics
+    broker.create_topic("after-forgery")
+    assert broker.topic_metadata("after-forgery").error_code == ErrorCode.none
+
+
+def test_retention_beyond_a_timedelta_is_taken_as_kafka_takes_it(broker: RunningBroker) -> None:
+    """OffsetCommit v2 with retention_time_ms 2^63-1: Kafka takes any int64; kio's decoder
+    used to fail on it and the connection closed."""
+    frame = bytes.fromhex(
+        "000000200008000200000001000174000167ffffffff00007fffffffffffffff00000000"
+    )
+    with broker.wire() as client:
+        client.send_raw(frame)
+        answer = client.read_frame()
+    assert api.decode_response(8, 2, answer, 4).topics == ()
