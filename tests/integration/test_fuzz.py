@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from broker.testing.plugin import REPO_ROOT
 
 FUZZ = REPO_ROOT / "bench" / "fuzz.py"
@@ -21,7 +19,6 @@ def _run(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
                           cwd=REPO_ROOT, timeout=timeout, check=False)
 
 
-@pytest.mark.xfail(strict=False, reason="broker fixes for issue 12 still landing")
 def test_twenty_thousand_frames_leave_the_broker_as_it_was(tmp_path: Path) -> None:
     done = _run("--frames", str(FRAMES), "--max-seconds", "45", "--concurrency", "32",
                 "--seed", "12", "--settle", "15", "--work-dir", str(tmp_path), timeout=150)
@@ -31,6 +28,8 @@ def test_twenty_thousand_frames_leave_the_broker_as_it_was(tmp_path: Path) -> No
     assert result["deaths"] == 0, result["death_file"]
     assert result["hung"] == 0 and result["warmup"].get("hung", 0) == 0, result["hung_cases"]
     assert result["log"]["tracebacks"] == 0, result["log"]["traceback_groups"]
+    assert result["log"]["error_lines"] == 0, result["log"]["errors"]
+    assert not result["log"]["handler_failures"], result["log"]["handler_failures"]
     assert result["broker"]["fds_back"], result["broker"]
 
 
