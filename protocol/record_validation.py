@@ -22,13 +22,10 @@ from protocol.compression import (
     COMPRESSION_NONE,
     COMPRESSION_ZSTD,
     MAX_DECOMPRESSED_BYTES,
-    DecompressedSizeExceeded,
-    DecompressionError,
-    decompress,
 )
 from protocol.errors import ErrorCode
 from protocol.record_walk import TimestampCheck, walk_records
-from protocol.records import BATCH_HEADER_SIZE, BatchHeader, InvalidRecordError
+from protocol.records import BATCH_HEADER_SIZE, BatchHeader, InvalidRecordError, inflate
 
 __all__ = ("NO_TIMESTAMP_LIMIT", "ValidationPolicy", "validate_batches")
 
@@ -115,16 +112,7 @@ def _records(buffer: bytes, batch: BatchHeader, policy: ValidationPolicy) -> tup
     end = batch.position + batch.size
     if batch.compression == COMPRESSION_NONE:
         return buffer, start, end
-    try:
-        data = decompress(batch.compression, buffer[start:end], policy.max_decompressed_bytes)
-    except DecompressedSizeExceeded as exc:
-        raise InvalidRecordError(
-            ErrorCode.message_too_large, f"batch at byte {batch.position}: {exc}"
-        ) from exc
-    except DecompressionError as exc:
-        raise InvalidRecordError(
-            ErrorCode.corrupt_message, f"batch at byte {batch.position}: {exc}"
-        ) from exc
+    data = inflate(batch, buffer[start:end], policy.max_decompressed_bytes)
     return data, 0, len(data)
 
 

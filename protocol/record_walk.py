@@ -43,6 +43,18 @@ _DELTA = 3  # the byte is byte ``argument`` of the offset delta varint of that w
 Check = tuple[int, int, int]
 
 
+def _nullable_bytes(data: bytes, p: int, index: int, what: str, marks: list[int]) -> int:
+    """Skip a varint length (-1 for null) and its bytes; mark where the bytes start."""
+    raw = data[p]
+    p += 1
+    if raw >= 0x80:
+        raw, p = _varint(data, p - 1, 32, index)
+    marks.append(p)
+    if raw & 1 and raw != 1:
+        raise _refuse(index, f"invalid {what} length {(raw >> 1) ^ -1}")
+    return p + (raw >> 1)
+
+
 def _refuse(index: int, message: str) -> InvalidRecordError:
     text = f"record {index}: {message}"
     return InvalidRecordError(ErrorCode.invalid_record, text, ((index, text),))
@@ -104,14 +116,7 @@ def _parse(data: bytes, pos: int, end: int, index: int) -> tuple[list[int], int]
         marks = [pos, body, ts_at, od_at, key_at]
         p = key_at
         for what in ("key", "value"):
-            raw = data[p]
-            p += 1
-            if raw >= 0x80:
-                raw, p = _varint(data, p - 1, 32, index)
-            marks.append(p)
-            if raw & 1 and raw != 1:
-                raise _refuse(index, f"invalid {what} length {(raw >> 1) ^ -1}")
-            p += raw >> 1
+            p = _nullable_bytes(data, p, index, what, marks)
             marks.append(p)
         raw = data[p]
         p += 1
@@ -135,14 +140,7 @@ def _parse(data: bytes, pos: int, end: int, index: int) -> tuple[list[int], int]
             except UnicodeDecodeError:
                 raise _refuse(index, "header key is not UTF-8") from None
             marks += (key, p)
-            raw = data[p]
-            p += 1
-            if raw >= 0x80:
-                raw, p = _varint(data, p - 1, 32, index)
-            marks.append(p)
-            if raw & 1 and raw != 1:
-                raise _refuse(index, f"invalid header value length {(raw >> 1) ^ -1}")
-            p += raw >> 1
+            p = _nullable_bytes(data, p, index, "header value", marks)
     except IndexError:
         raise _refuse(index, "record runs past the end of the batch") from None
     if p != stop:

@@ -49,6 +49,7 @@ from protocol.compression import (
     COMPRESSION_NONE,
     COMPRESSION_SNAPPY,
     COMPRESSION_ZSTD,
+    MAX_DECOMPRESSED_BYTES,
     DecompressedSizeExceeded,
     DecompressionError,
     compress,
@@ -721,8 +722,14 @@ def _record_bytes(view: memoryview, header: BatchHeader) -> bytes:
     raw = bytes(view[header.position + BATCH_HEADER_SIZE : header.position + header.size])
     if header.compression == COMPRESSION_NONE:
         return raw
+    return inflate(header, raw)
+
+
+def inflate(header: BatchHeader, raw: bytes, limit: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+    """A compressed batch's record bytes decompressed with its codec, within ``limit``:
+    MESSAGE_TOO_LARGE past it, CORRUPT_MESSAGE when they are not that codec's stream."""
     try:
-        return decompress(header.compression, raw)
+        return decompress(header.compression, raw, limit)
     except DecompressedSizeExceeded as exc:
         raise InvalidRecordError(
             ErrorCode.message_too_large, f"batch at byte {header.position}: {exc}"
