@@ -6,7 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from broker.tools import certs, cluster, configs, loadtest_cli, report, scram, serve
+from broker.tools import certs, cluster, configs, scram, serve
+from broker.tools.loadtest import cli as loadtest_cli
+from broker.tools.report import pipeline as report
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uvloop
 
 from broker.testing.plugin import RunningBroker
-from broker.tools.loadtest_producers import LoadConfig
-from broker.tools.loadtest_topics import create_topics
-from broker.tools.loadtest_wire_load import WireLoad
+from broker.tools.loadtest.producers import LoadConfig
+from broker.tools.loadtest.topics import create_topics
+from broker.tools.loadtest.wire_load import WireLoad
 from tests.integration.helpers import read_from_beginning
 
 

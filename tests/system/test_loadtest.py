@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from broker.testing.plugin import BrokerProcess, free_port
-from broker.tools import loadtest
-from broker.tools.loadtest_placement import available_cpus, split_options
-from broker.tools.loadtest_results import request_schema, sample_schema
+from broker.tools.loadtest import runner as loadtest
+from broker.tools.loadtest.placement import available_cpus, split_options
+from broker.tools.loadtest.results import request_schema, sample_schema
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("loadtest")]
 

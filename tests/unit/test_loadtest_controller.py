@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from broker.tools.loadtest_controller import (
+from broker.tools.loadtest.controller import (
     ControlPlan,
     Endpoint,
     leader_and_isr_request,

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from broker.tools import loadtest
-from broker.tools.loadtest_controller import Endpoint
-from broker.tools.loadtest_placement import (
+from broker.tools.loadtest import runner as loadtest
+from broker.tools.loadtest.controller import Endpoint
+from broker.tools.loadtest.placement import (
     Placement,
     available_cpus,
     parse_cpus,
     split_options,
 )
-from broker.tools.loadtest_progress import Progress
-from broker.tools.loadtest_scenarios import (
+from broker.tools.loadtest.progress import Progress
+from broker.tools.loadtest.scenarios import (
     SCENARIOS,
     ScenarioError,
     broker_properties,
@@ -146,7 +146,7 @@ def test_bad_options_exit_2_with_one_line(
 def test_add_parser_registers_the_subcommand() -> None:
     import argparse
 
-    from broker.tools import loadtest_cli
+    from broker.tools.loadtest import cli as loadtest_cli
 
     parser = argparse.ArgumentParser()
     loadtest_cli.add_parser(parser.add_subparsers(dest="command"))

@@ -11,7 +11,7 @@ from kio.schema.produce.v9.response import (
 )
 from kio.static.primitive import i32, i64
 
-from broker.tools.loadtest_wire_load import (
+from broker.tools.loadtest.wire_load import (
     CORRELATION_AT,
     PRODUCE,
     PRODUCE_VERSION,

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from broker.tools.loadtest_controller import ControlResult
-from broker.tools.loadtest_metrics import Sample
-from broker.tools.loadtest_producers import LoadResult
-from broker.tools.loadtest_scenarios import Target
+from broker.tools.loadtest.controller import ControlResult
+from broker.tools.loadtest.metrics import Sample
+from broker.tools.loadtest.producers import LoadResult
+from broker.tools.loadtest.scenarios import Target
 
 REQUEST_COLUMNS = ("scenario", "plane", "api", "send_time", "latency_ms", "error")
 SAMPLE_COLUMNS = ("scenario", "time", "metric", "value")

@@ -23,7 +23,7 @@ import uvloop
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.static.primitive import i16, i32
 
-from broker.tools.loadtest_producers import LoadConfig, LoadResult
+from broker.tools.loadtest.producers import LoadConfig, LoadResult
 from protocol import api
 from protocol.errors import ErrorCode
 from protocol.framing import encode_request_frame, response_body_offset

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker.tools import report_charts
-from broker.tools.report_charts import Curves, Points
+from broker.tools.report import charts as report_charts
+from broker.tools.report.charts import Curves, Points
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m broker.tools.report RESULTS_DIR ...``."""
+    """``python -m broker.tools.report.pipeline RESULTS_DIR ...``."""
     parser = argparse.ArgumentParser(
         prog="kplane report", description="Spark analytics of kplane loadtest results"
     )

@@ -24,7 +24,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the load test; exit code 1 when its extra is not installed."""
     try:
-        from broker.tools import loadtest
+        from broker.tools.loadtest import runner as loadtest
     except ImportError as exc:
         print(
             f"kplane loadtest: {exc.name} is missing: pip install 'kplane[report]'",

@@ -38,11 +38,11 @@ import uvloop
 from confluent_kafka import KafkaException
 
 from broker.client.connection import UnsupportedApi
-from broker.tools.loadtest_cli import add_arguments
-from broker.tools.loadtest_controller import API_TITLES, ControlPlan, FakeController
-from broker.tools.loadtest_metrics import Scraper
-from broker.tools.loadtest_placement import Placement, parse_cpus
-from broker.tools.loadtest_producers import (
+from broker.tools.loadtest.cli import add_arguments
+from broker.tools.loadtest.controller import API_TITLES, ControlPlan, FakeController
+from broker.tools.loadtest.metrics import Scraper
+from broker.tools.loadtest.placement import Placement, parse_cpus
+from broker.tools.loadtest.producers import (
     FLUSH_TIMEOUT_S,
     READY_TIMEOUT_S,
     LoadConfig,
@@ -51,9 +51,9 @@ from broker.tools.loadtest_producers import (
     run_load,
     start_load,
 )
-from broker.tools.loadtest_progress import Progress
-from broker.tools.loadtest_results import ScenarioRun, summarize, write_parquet, write_summary
-from broker.tools.loadtest_scenarios import (
+from broker.tools.loadtest.progress import Progress
+from broker.tools.loadtest.results import ScenarioRun, summarize, write_parquet, write_summary
+from broker.tools.loadtest.scenarios import (
     SCENARIOS,
     ScenarioError,
     Target,
@@ -61,7 +61,7 @@ from broker.tools.loadtest_scenarios import (
     is_loopback,
     started_broker,
 )
-from broker.tools.loadtest_topics import (
+from broker.tools.loadtest.topics import (
     CONTROL_PARTITIONS,
     CONTROL_TOPIC,
     DATA_TOPIC,
@@ -69,7 +69,7 @@ from broker.tools.loadtest_topics import (
     create_topics,
     describe_topic,
 )
-from broker.tools.loadtest_wire_load import run_wire_load
+from broker.tools.loadtest.wire_load import run_wire_load
 
 PROGRESS_INTERVAL_S = 0.5
 RESULT_MARGIN_S = 10.0
@@ -77,7 +77,7 @@ RESULT_MARGIN_S = 10.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m broker.tools.loadtest ...``."""
+    """``python -m broker.tools.loadtest.runner ...``."""
     parser = argparse.ArgumentParser(prog="kplane loadtest", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))

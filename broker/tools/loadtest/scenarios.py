@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from broker.tools.loadtest_controller import Endpoint
+from broker.tools.loadtest.controller import Endpoint
 from broker.tools.serve_process import ServeFailed, spawn_serve
 
 LOOPBACK = "127.0.0.1"

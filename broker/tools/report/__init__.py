@@ -1,0 +1,2 @@
+"""kplane report: load-test results through PySpark into tables and plots (``pipeline``,
+``charts``)."""
