@@ -22,6 +22,18 @@ from broker.network.tls import ServerTls
 log = structlog.get_logger(__name__)
 
 
+def log_listener_bound(endpoint: EndPoint, port: int, **details: object) -> None:
+    """The one "listener bound" line, at start-up and for a listener added at runtime."""
+    log.info(
+        "listener bound",
+        listener=endpoint.listener_name,
+        security_protocol=endpoint.security_protocol.value,
+        bind_host=endpoint.host or "0.0.0.0",
+        port=port,
+        **details,
+    )
+
+
 @dataclasses.dataclass
 class SocketServerConfig:
     """The settings the network layer reads from KafkaConfig."""

@@ -16,7 +16,7 @@ from cryptography import x509
 from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
 from broker.config.listener_key import ListenerKey
-from broker.network.socket_server import SocketServer
+from broker.network.socket_server import SocketServer, log_listener_bound
 from broker.network.tls import ServerTls, server_tls
 from broker.security.sasl import SaslListener, sasl_listeners
 from broker.security.scram import ScramCredentialStore
@@ -109,14 +109,7 @@ class DynamicListenerConfig:
                 if name in sasl:
                     self.sasl[name] = sasl[name]
                 bound = self.socket_server.add_listener(endpoint, tls.get(name))
-                log.info(
-                    "listener bound",
-                    listener=name,
-                    security_protocol=endpoint.security_protocol.value,
-                    bind_host=endpoint.host or "0.0.0.0",
-                    port=bound.port,
-                    dynamic=True,
-                )
+                log_listener_bound(endpoint, bound.port, dynamic=True)
         self._publish()
 
 

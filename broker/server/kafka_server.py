@@ -36,7 +36,7 @@ from broker.metrics.reporters import DynamicMetricsReporters
 from broker.network.plane import Plane, planes
 from broker.network.plane_priority import ControlPlanePriority
 from broker.network.request_channel import RequestChannel
-from broker.network.socket_server import SocketServer, SocketServerConfig
+from broker.network.socket_server import SocketServer, SocketServerConfig, log_listener_bound
 from broker.network.tls import server_tls
 from broker.security.authorizer import authorizer_from_config
 from broker.security.sasl import sasl_listeners
@@ -115,12 +115,9 @@ class KafkaServer:
         assert self.socket_server is not None
         for name, endpoint in self.bound.items():
             advertised = self.advertised(name)
-            log.info(
-                "listener bound",
-                listener=name,
-                security_protocol=endpoint.security_protocol.value,
-                bind_host=endpoint.host or "0.0.0.0",
-                port=endpoint.port,
+            log_listener_bound(
+                endpoint,
+                endpoint.port,
                 advertised=advertised.connection_string if advertised else None,
                 plane=self.socket_server.channel_of(name).plane.name,
             )
