@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,15 +87,7 @@ class Broker:
         """SIGTERM (SIGKILL after ``timeout``) a broker this run started; its exit code."""
         if self.serve is None:
             return None
-        process = self.serve.process
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        return process.returncode
+        return self.serve.stop(timeout)
 
 
 def start_broker(work: Path, sasl: bool, config: str, startup_timeout: float = 60.0) -> Broker:

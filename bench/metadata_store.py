@@ -23,9 +23,7 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -123,14 +121,7 @@ class Broker:
         """SIGTERM, SIGKILL after 30 s."""
         if self.serve is None:
             return
-        process = self.serve.process
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+        self.serve.stop(30)
         self.serve = None
         self.admin = None
 

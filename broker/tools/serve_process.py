@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -61,6 +62,16 @@ class ServeProcess:
                 )
             time.sleep(0.05)
         raise ServeFailed(f"the broker did not start within {timeout_s:.0f} s; see {self.log_path}")
+
+    def stop(self, timeout_s: float) -> int:
+        """SIGTERM, then SIGKILL if it has not exited within ``timeout_s``; its exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
 
     def last_error(self) -> str:
         """The last error event of this run, else its last line (a traceback's exception)."""

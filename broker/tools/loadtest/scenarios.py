@@ -8,9 +8,7 @@ broker is always stopped: SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``.
 from __future__ import annotations
 
 import ipaddress
-import signal
 import socket
-import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -142,18 +140,7 @@ def started_broker(
             raise ScenarioError(str(exc)) from None
         yield target_from_events(events, int(props["broker.id"]), spec.control_listener)
     finally:
-        stop_process(serve.process)
-
-
-def stop_process(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within ``STOP_TIMEOUT_S``."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+        serve.stop(STOP_TIMEOUT_S)
 
 
 def parse_address(value: str) -> tuple[str, int]:
