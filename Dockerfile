@@ -14,6 +14,10 @@ WORKDIR /opt/kplane
 COPY pyproject.toml README.md ./
 COPY broker ./broker
 COPY protocol ./protocol
+COPY common ./common
+COPY client ./client
+COPY tools ./tools
+COPY testing ./testing
 COPY configs ./configs
 RUN pip install . \
     && rm -rf build kplane.egg-info \

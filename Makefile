@@ -46,7 +46,7 @@ bench: setup
 
 # The import contract: docs/ARCHITECTURE.md's layers, checked against every import.
 lint: setup
-	$(BIN)/ruff check broker protocol tests bench
+	$(BIN)/ruff check protocol common broker client tools testing tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_readme.py -k layers
 

@@ -325,12 +325,12 @@ class KplaneTarget(SubprocessTarget):
 
 
 def _create_test_pki(directory: Path):
-    """broker.security.certs.create_test_pki for loopback (repo root on sys.path if needed)."""
+    """common.certs.create_test_pki for loopback (repo root on sys.path if needed)."""
     try:
-        from broker.security.certs import create_test_pki
+        from common.certs import create_test_pki
     except ImportError:
         sys.path.insert(0, str(REPO_ROOT))
-        from broker.security.certs import create_test_pki
+        from common.certs import create_test_pki
     return create_test_pki(directory, ["localhost", LOOPBACK])
 
 

@@ -21,9 +21,9 @@ from typing import Any
 
 from _baselines import KplaneTarget
 
-from broker.client.config import ClientConfig
-from broker.client.kafka_client import KafkaClient
-from broker.client.producer import Producer
+from client.kafka_client import KafkaClient
+from client.producer import Producer
+from common.network.config import ClientConfig
 
 BATCH_BYTES = 1_048_576
 LINGER_MS = 5

@@ -21,8 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from broker.tools.loadtest.placement import available_cpus, split_options
-from broker.tools.loadtest.runner import main as loadtest
+from tools.loadtest.placement import available_cpus, split_options
+from tools.loadtest.runner import main as loadtest
 
 
 def figures(summary: dict) -> dict:

@@ -34,7 +34,7 @@ from _baselines import REPO_ROOT, free_port, read_proc_status
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import broker
-from broker.tools.serve_process import ServeProcess, spawn_serve
+from tools.serve_process import ServeProcess, spawn_serve
 
 CONFIG = str(REPO_ROOT / "configs" / "server.properties")
 

@@ -2,7 +2,7 @@
 
 from hypothesis import settings
 
-pytest_plugins = ["broker.testing.plugin"]
+pytest_plugins = ["testing.plugin"]
 
 # Tests never assert on wall-clock time: hypothesis's per-example deadline is off.
 settings.register_profile("kplane", deadline=None)

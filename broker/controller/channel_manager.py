@@ -16,13 +16,13 @@ from typing import Any
 
 import structlog
 
-from broker.client.config import ClientConfig
-from broker.client.connection import BrokerConnection
-from broker.client.security import client_ssl_context
 from broker.config.endpoint import EndPoint, SecurityProtocol
 from broker.config.kafka_config import KafkaConfig
 from broker.controller.requests import Build
 from broker.metadata.kafka_store import BrokerRegistration
+from common.network.config import ClientConfig
+from common.network.connection import BrokerConnection
+from common.network.security import client_ssl_context
 from protocol import api
 
 log = structlog.get_logger(__name__)

@@ -18,8 +18,8 @@ from broker.config.endpoint import SecurityProtocol
 from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
 from broker.config.listener_key import ListenerKey
-from broker.security.certs import load_cert_chain, load_keystore, load_truststore
 from broker.security.principal_mapping import ANONYMOUS, SslPrincipalMapper
+from common.certs import load_cert_chain, load_keystore, load_truststore
 
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _CLIENT_AUTH = {

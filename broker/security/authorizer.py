@@ -17,7 +17,7 @@ import structlog
 from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
 from broker.metadata.store import MetadataStore, NodeExistsError, NoNodeError
-from broker.security.acl import (
+from common.acl import (
     WILDCARD,
     WILDCARD_PRINCIPAL,
     AclBinding,

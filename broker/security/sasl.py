@@ -15,10 +15,10 @@ from broker.config.endpoint import SecurityProtocol
 from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
 from broker.config.listener_key import ListenerKey
-from broker.security.jaas import JaasError, LoginModule, parse_jaas_config
 from broker.security.principal_mapping import ANONYMOUS
 from broker.security.sasl_server import PlainServer, SaslServer
 from broker.security.scram import SCRAM_MECHANISMS, ScramCredentialStore, ScramServer
+from common.jaas import JaasError, LoginModule, parse_jaas_config
 
 PLAIN = "PLAIN"
 SUPPORTED_MECHANISMS = (PLAIN, *SCRAM_MECHANISMS)

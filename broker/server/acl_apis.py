@@ -11,7 +11,9 @@ from typing import Any
 
 import structlog
 
-from broker.security.acl import (
+from broker.security.authorizer import AclAuthorizer
+from broker.server.context import Handler, RequestContext
+from common.acl import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -19,8 +21,6 @@ from broker.security.acl import (
     AclResourceType,
     PatternType,
 )
-from broker.security.authorizer import AclAuthorizer
-from broker.server.context import Handler, RequestContext
 from protocol.api_keys import ApiKey
 from protocol.codes import from_wire
 from protocol.errors import ErrorCode

@@ -24,7 +24,6 @@ from broker.config.listeners import listener_names, normalise
 from broker.config.topic_configs import TOPIC_CONFIGS, validate_topic_configs
 from broker.metadata.cache import MetadataCache
 from broker.metadata.kafka_store import KafkaMetadataClient
-from broker.security.acl import AclOperation, AclResourceType
 from broker.server.config_describer import (
     ConfigDescriber,
     ConfigEntry,
@@ -32,6 +31,7 @@ from broker.server.config_describer import (
     topic_default,
 )
 from broker.server.context import Handler, RequestContext
+from common.acl import AclOperation, AclResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 

@@ -12,7 +12,7 @@ import structlog
 from broker.config.endpoint import SecurityProtocol
 from broker.logging_setup import exception_reason
 from broker.network.request_channel import Request, RequestChannel, Response
-from broker.security.acl import CLUSTER_NAME, AclOperation, AclResourceType
+from common.acl import CLUSTER_NAME, AclOperation, AclResourceType
 from protocol import api
 from protocol.errors import ErrorCode
 from protocol.framing import response_frame_prefix

@@ -18,9 +18,9 @@ from broker.config.endpoint import EndPoint, SecurityProtocol
 from broker.log.partition import TopicPartition
 from broker.metadata.cache import MetadataCache, PartitionInfo, TopicInfo
 from broker.metadata.kafka_store import BrokerRegistration
-from broker.security.acl import AclOperation, AclResourceType
 from broker.server.context import Handler, RequestContext
 from broker.server.replica_manager import ReplicaManager, ReplicaState, StopReplicaState
+from common.acl import AclOperation, AclResourceType
 from protocol import api
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError

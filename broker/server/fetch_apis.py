@@ -8,10 +8,10 @@ from typing import Any
 
 from broker.log.partition import TopicPartition
 from broker.metadata.cache import MetadataCache
-from broker.security.acl import AclOperation, AclResourceType
 from broker.server.context import Handler, RequestContext
 from broker.server.replica_manager import ReadResult, ReplicaManager
 from broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
+from common.acl import AclOperation, AclResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.fetch_response import Piece, encode_fetch_response

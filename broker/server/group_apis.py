@@ -27,8 +27,8 @@ from broker.group.group_metadata import (
     TopicPartition,
 )
 from broker.group.offset_manager import OffsetDeleteResult, OffsetFetchPartition, OffsetFetchResult
-from broker.security.acl import AclOperation, AclResourceType
 from broker.server.context import Handler, RequestContext
+from common.acl import AclOperation, AclResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 

@@ -12,9 +12,9 @@ from typing import Any
 import structlog
 
 from broker.metadata.cache import MetadataCache, TopicInfo
-from broker.security.acl import AclOperation, AclResourceType
 from broker.server.admin_manager import AdminManager
 from broker.server.context import Handler, RequestContext
+from common.acl import AclOperation, AclResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.topic_names import validate_topic_name

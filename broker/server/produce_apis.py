@@ -11,9 +11,9 @@ import structlog
 
 from broker.log.partition import TopicPartition
 from broker.metadata.cache import MetadataCache
-from broker.security.acl import AclOperation, AclResourceType
 from broker.server.context import Handler, RequestContext
 from broker.server.replica_manager import AppendResult, ReplicaManager
+from common.acl import AclOperation, AclResourceType
 from protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)

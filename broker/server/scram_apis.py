@@ -7,7 +7,6 @@ from collections.abc import Mapping
 
 import structlog
 
-from broker.security.acl import AclOperation, AclResourceType
 from broker.security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -16,6 +15,7 @@ from broker.security.scram import (
     ScramMechanismType,
 )
 from broker.server.context import Handler, RequestContext
+from common.acl import AclOperation, AclResourceType
 from protocol.api_keys import ApiKey
 from protocol.codes import from_wire
 from protocol.errors import ErrorCode

@@ -7,10 +7,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker.metadata.cache import MetadataCache
-from broker.security.acl import AclOperation, AclResourceType
 from broker.server.admin_manager import AdminManager, excessive_partitions
 from broker.server.context import Handler, RequestContext
 from broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
+from common.acl import AclOperation, AclResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 

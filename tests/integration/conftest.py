@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.security.certs import PkiFiles, create_test_pki
+from common.certs import PkiFiles, create_test_pki
 
 
 @pytest.fixture

@@ -22,11 +22,11 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.static.primitive import i16, i32, i64
 
-from broker.testing.plugin import REPO_ROOT
-from broker.testing.wire import WireClient
-from broker.tools.serve_process import json_events
 from protocol.errors import ErrorCode
 from protocol.records import Record
+from testing.plugin import REPO_ROOT
+from testing.wire import WireClient
+from tools.serve_process import json_events
 
 
 def recs(prefix: str, count: int, size: int = 8) -> list[Record]:
@@ -237,7 +237,7 @@ def run_cli(tmp_path: Path, *overrides: str, config: str = "configs/server.prope
             ) -> subprocess.CompletedProcess[str]:
     """``kplane serve CONFIG`` with ``overrides`` and a log dir under ``tmp_path``, expected
     to stop by itself (a bad config): the finished process."""
-    args = [sys.executable, "-m", "broker.tools.cli", "serve", str(REPO_ROOT / config),
+    args = [sys.executable, "-m", "tools.cli", "serve", str(REPO_ROOT / config),
             "--override", f"log.dirs={tmp_path / 'bad'}"]
     for item in overrides:
         args += ["--override", item]

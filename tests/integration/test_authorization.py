@@ -22,12 +22,12 @@ from confluent_kafka.admin import (
 from kafka import KafkaConsumer
 from kafka.errors import GroupAuthorizationFailedError
 
-from broker.client import admin as kadmin
-from broker.client.config import ClientConfig
-from broker.client.kafka_client import KafkaClient
-from broker.testing.plugin import RunningBroker
+from client import admin as kadmin
+from client.kafka_client import KafkaClient
+from common.network.config import ClientConfig
 from protocol.errors import ErrorCode
 from protocol.errors import KafkaError as PKafkaError
+from testing.plugin import RunningBroker
 from tests.integration.helpers import with_inter_broker_sasl
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from broker.client.admin import (
+from client.admin import (
     EARLIEST,
     LATEST,
     MAX_TIMESTAMP,
@@ -34,11 +34,11 @@ from broker.client.admin import (
     ScramMechanism,
     ScramUpsertion,
 )
-from broker.client.config import ClientConfig
-from broker.client.kafka_client import BrokerNode, ClusterMetadata, KafkaClient
-from broker.testing.plugin import RunningBroker
+from client.kafka_client import BrokerNode, ClusterMetadata, KafkaClient
+from common.network.config import ClientConfig
 from protocol import api
 from protocol.errors import ErrorCode, KafkaError
+from testing.plugin import RunningBroker
 from tests.integration.helpers import produce_all
 
 DEADLINE_S = 30.0

@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from broker.client.config import ClientConfig
-from broker.client.consumer import (
+from client.consumer import (
     Consumer,
     ConsumerRecord,
     IllegalStateError,
     NoOffsetForPartition,
     OffsetOutOfRange,
 )
-from broker.client.kafka_client import KafkaClient, NoBrokersAvailable
-from broker.testing.plugin import RunningBroker
+from client.kafka_client import KafkaClient, NoBrokersAvailable
+from common.network.config import ClientConfig
+from testing.plugin import RunningBroker
 from tests.integration.helpers import produce_all
 
 RECORDS = 30_000

@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from broker.client.admin import Admin, NewTopic, ScramMechanism, ScramUpsertion
-from broker.client.config import ClientConfig
-from broker.client.consumer import Consumer
-from broker.client.kafka_client import KafkaClient, NoBrokersAvailable
-from broker.client.producer import Producer
-from broker.client.sasl import SaslAuthenticationError
-from broker.client.security import SslAuthenticationError
-from broker.security.certs import PkiFiles, create_test_pki
-from broker.testing.plugin import RunningBroker
+from client.admin import Admin, NewTopic, ScramMechanism, ScramUpsertion
+from client.consumer import Consumer
+from client.kafka_client import KafkaClient, NoBrokersAvailable
+from client.producer import Producer
+from common.certs import PkiFiles, create_test_pki
+from common.network.config import ClientConfig
+from common.network.sasl import SaslAuthenticationError
+from common.network.security import SslAuthenticationError
 from protocol.errors import ErrorCode
+from testing.plugin import RunningBroker
 
 DEADLINE_S = 30.0
 CLIENT_PRINCIPAL = "User:CN=kplane-client,OU=test,O=kplane"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.testing.plugin import RunningBroker
-from broker.tools import configs
-from broker.tools.cli import build_parser
+from testing.plugin import RunningBroker
+from tools import configs
+from tools.cli import build_parser
 
 TOPIC = "configs-cli"
 
@@ -231,7 +231,7 @@ def _cli_has_configs() -> bool:
 @pytest.mark.skipif(not _cli_has_configs(), reason="kplane's cli does not register configs yet")
 def test_kplane_configs_command(broker: RunningBroker) -> None:
     """The ``kplane configs`` command as a process, as kafka-configs.sh is run."""
-    base = [sys.executable, "-m", "broker.tools.cli", "configs"]
+    base = [sys.executable, "-m", "tools.cli", "configs"]
     base += ["--bootstrap-server", broker.bootstrap(), "--broker", "0"]
     altered = subprocess.run(
         [*base, "--alter", "--add-config", "log.cleaner.threads=2"],

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.testing.plugin import RunningBroker
-from broker.testing.wire import WireClient
 from protocol import api
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
+from testing.plugin import RunningBroker
+from testing.wire import WireClient
 from tests.integration.helpers import produce, recs
 
 LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 4, 5, 6

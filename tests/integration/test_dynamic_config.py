@@ -19,10 +19,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from broker.client import admin as kadmin
-from broker.client.config import ClientConfig
-from broker.client.kafka_client import KafkaClient
-from broker.testing.plugin import RunningBroker
+from client import admin as kadmin
+from client.kafka_client import KafkaClient
+from common.network.config import ClientConfig
+from testing.plugin import RunningBroker
 from tests.integration.helpers import with_inter_broker_sasl
 
 SECRET = {"password.encoder.secret": "encoder-secret"}
@@ -181,7 +181,7 @@ def test_dynamic_values_survive_a_restart(broker_factory, tmp_path: Path) -> Non
 
 
 def test_passwords_are_encoded_and_never_shown(broker_factory, tmp_path: Path) -> None:
-    from broker.security.certs import create_test_pki
+    from common.certs import create_test_pki
 
     pki = create_test_pki(tmp_path / "pki", ["localhost", "127.0.0.1"])
     log_dir = tmp_path / "pw"

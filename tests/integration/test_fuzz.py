@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from broker.testing.plugin import REPO_ROOT
+from testing.plugin import REPO_ROOT
 
 FUZZ = REPO_ROOT / "bench" / "fuzz.py"
 FRAMES = 20_000

@@ -23,11 +23,11 @@ from kio.serial._serialize import get_field_writer
 from structlog.testing import capture_logs
 
 from broker.network.processor import WRITE_BUFFER_HIGH
-from broker.testing.plugin import RunningBroker
 from protocol import api
 from protocol.body_scan import write_uvarint
 from protocol.errors import ErrorCode
 from protocol.framing import encode_request_frame
+from testing.plugin import RunningBroker
 
 API_VERSIONS = ApiVersionsRequest(client_software_name="t", client_software_version="1")
 

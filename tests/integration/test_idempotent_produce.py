@@ -17,12 +17,12 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 
 from broker.log.partition import TopicPartition
-from broker.testing.plugin import RunningBroker
-from broker.testing.wire import WireClient
 from protocol import api
 from protocol.errors import ErrorCode
 from protocol.framing import encode_request_frame
 from protocol.records import Record, build_batch, iter_all_records
+from testing.plugin import RunningBroker
+from testing.wire import WireClient
 from tests.integration.helpers import (
     fetch_partition,
     fetch_request,

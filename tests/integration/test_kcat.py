@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from broker.testing.plugin import RunningBroker
+from testing.plugin import RunningBroker
 
 KCAT = shutil.which("kcat")
 

@@ -10,9 +10,9 @@ from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-from broker.testing.plugin import RunningBroker
-from broker.testing.wire import WireClient
 from protocol.errors import ErrorCode
+from testing.plugin import RunningBroker
+from testing.wire import WireClient
 
 TWO_LISTENERS = {
     "listeners": "INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.2:0",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import uvloop
 
-from broker.testing.plugin import RunningBroker
-from broker.tools.loadtest.producers import LoadConfig
-from broker.tools.loadtest.topics import create_topics
-from broker.tools.loadtest.wire_load import WireLoad
+from testing.plugin import RunningBroker
 from tests.integration.helpers import read_from_beginning
+from tools.loadtest.producers import LoadConfig
+from tools.loadtest.topics import create_topics
+from tools.loadtest.wire_load import WireLoad
 
 
 def config(bootstrap: str, **changes: object) -> LoadConfig:

@@ -24,7 +24,7 @@ from broker.metadata.store import (
     NotEmptyError,
 )
 from broker.metadata.zk_store import ZooKeeperMetadataStore, split_connect
-from broker.tools.zookeeper import ZooKeeperServer
+from tools.zookeeper import ZooKeeperServer
 
 WAIT = 20.0  # seconds to wait for a watcher called from kazoo's thread
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.testing.plugin import REPO_ROOT, free_port
-from broker.tools.serve_process import ServeProcess, json_events, spawn_serve
+from testing.plugin import REPO_ROOT, free_port
+from tools.serve_process import ServeProcess, json_events, spawn_serve
 
 pytestmark = pytest.mark.slow
 

@@ -11,14 +11,14 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Producer as ConfluentProducer
 
-from broker.client.config import ClientConfig
-from broker.client.consumer import Consumer
-from broker.client.kafka_client import KafkaClient, NoBrokersAvailable, RebootstrapRequired
-from broker.client.producer import Producer
-from broker.testing.plugin import RunningBroker, free_port
+from client.consumer import Consumer
+from client.kafka_client import KafkaClient, NoBrokersAvailable, RebootstrapRequired
+from client.producer import Producer
+from common.network.config import ClientConfig
 from protocol import api
 from protocol.errors import ErrorCode
 from protocol.framing import parse_request_header, response_frame_prefix
+from testing.plugin import RunningBroker, free_port
 
 
 def _pair(

@@ -24,10 +24,10 @@ from kafka import TopicPartition as KpTopicPartition
 from structlog.testing import capture_logs
 
 from broker.log.partition import TopicPartition
-from broker.testing.plugin import RunningBroker
 from protocol.compression import compress
 from protocol.errors import ErrorCode
 from protocol.records import BATCH_HEADER_SIZE, Record, build_batch
+from testing.plugin import RunningBroker
 from tests.integration.helpers import produce, read_from_beginning
 
 CODECS = ("gzip", "snappy", "lz4", "zstd")

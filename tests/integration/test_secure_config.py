@@ -11,14 +11,14 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from broker.testing.plugin import REPO_ROOT
+from testing.plugin import REPO_ROOT
 from tests.integration.helpers import numbered_round_trip
 from tests.integration.test_serve import events_named, wait_for_event
 
 
 def _kplane(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "broker.tools.cli", *args],
+        [sys.executable, "-m", "tools.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,

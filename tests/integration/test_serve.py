@@ -13,9 +13,9 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from broker.testing.plugin import REPO_ROOT, BrokerProcess
-from broker.tools.serve_process import ServeFailed, json_events, spawn_serve
+from testing.plugin import REPO_ROOT, BrokerProcess
 from tests.integration.helpers import assert_one_error_line, run_cli
+from tools.serve_process import ServeFailed, json_events, spawn_serve
 
 pytestmark = pytest.mark.slow
 

@@ -8,9 +8,9 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from broker.security.certs import PkiFiles
-from broker.testing.plugin import RunningBroker
-from broker.testing.wire import WireClient
+from common.certs import PkiFiles
+from testing.plugin import RunningBroker
+from testing.wire import WireClient
 from tests.integration.helpers import (
     assert_one_error_line,
     kafka_python_round_trip,

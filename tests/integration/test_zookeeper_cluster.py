@@ -15,10 +15,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 
 from broker.config.errors import ConfigException
-from broker.testing.plugin import RunningBroker
 from protocol import api
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
+from testing.plugin import RunningBroker
 from tests.integration.helpers import produce, recs
 from tests.integration.test_dynamic_config import _set
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from broker.testing.plugin import BrokerProcess, free_port
-from broker.tools.loadtest import runner as loadtest
-from broker.tools.loadtest.placement import available_cpus, split_options
-from broker.tools.loadtest.results import request_schema, sample_schema
+from testing.plugin import BrokerProcess, free_port
+from tools.loadtest import runner as loadtest
+from tools.loadtest.placement import available_cpus, split_options
+from tools.loadtest.results import request_schema, sample_schema
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("loadtest")]
 
@@ -111,7 +111,7 @@ def test_three_scenarios_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixt
     report_dir = tmp_path / "report"
     done = subprocess.run(
         [
-            sys.executable, "-m", "broker.tools.cli", "report", str(out),
+            sys.executable, "-m", "tools.cli", "report", str(out),
             "--out", str(report_dir), "--master", "local[2]",
         ],
         capture_output=True, text=True, timeout=300, check=False,

@@ -4,14 +4,14 @@ without IdempotentWrite may write if it may Write some topic)."""
 from __future__ import annotations
 
 from broker.metadata.store import EmbeddedMetadataStore
-from broker.security.acl import (
+from broker.security.authorizer import AclAuthorizer
+from common.acl import (
     AclBinding,
     AclOperation,
     AclPermissionType,
     AclResourceType,
     PatternType,
 )
-from broker.security.authorizer import AclAuthorizer
 
 TOPIC, WRITE = AclResourceType.TOPIC, AclOperation.WRITE
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from broker.security.acl import AclOperation
 from broker.security.scram import ScramMechanismType
+from common.acl import AclOperation
 from protocol.codes import from_wire
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.client.admin import ConfigEntry, ConfigSource, ConfigSynonym, OpType
-from broker.tools import configs
-from broker.tools.admin_session import UsageError, client_properties
-from broker.tools.configs import (
+from client.admin import ConfigEntry, ConfigSource, ConfigSynonym, OpType
+from tools import configs
+from tools.admin_session import UsageError, client_properties
+from tools.configs import (
     Command,
     Entity,
     alter_ops,

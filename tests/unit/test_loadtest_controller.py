@@ -6,16 +6,16 @@ import uuid
 
 import pytest
 
-from broker.tools.loadtest.controller import (
+from protocol import api
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
+from tools.loadtest.controller import (
     ControlPlan,
     Endpoint,
     leader_and_isr_request,
     response_errors,
     update_metadata_request,
 )
-from protocol import api
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
 
 TOPIC_ID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
 ENDPOINTS = (

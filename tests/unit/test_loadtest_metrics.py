@@ -10,7 +10,7 @@ from broker.metrics import (
     REQUEST_QUEUE_SIZE,
     BrokerMetrics,
 )
-from broker.tools.loadtest.metrics import Sample, parse_scrape
+from tools.loadtest.metrics import Sample, parse_scrape
 
 
 def exposition() -> str:

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from broker.tools.loadtest import runner as loadtest
-from broker.tools.loadtest.controller import Endpoint
-from broker.tools.loadtest.placement import (
+from tools.loadtest import runner as loadtest
+from tools.loadtest.controller import Endpoint
+from tools.loadtest.placement import (
     Placement,
     available_cpus,
     parse_cpus,
     split_options,
 )
-from broker.tools.loadtest.progress import Progress
-from broker.tools.loadtest.scenarios import (
+from tools.loadtest.progress import Progress
+from tools.loadtest.scenarios import (
     SCENARIOS,
     ScenarioError,
     broker_properties,
@@ -27,7 +27,7 @@ from broker.tools.loadtest.scenarios import (
     parse_address,
     target_from_events,
 )
-from broker.tools.serve_process import json_events
+from tools.serve_process import json_events
 
 
 def test_scenario_brokers() -> None:
@@ -146,7 +146,7 @@ def test_bad_options_exit_2_with_one_line(
 def test_add_parser_registers_the_subcommand() -> None:
     import argparse
 
-    from broker.tools.loadtest import cli as loadtest_cli
+    from tools.loadtest import cli as loadtest_cli
 
     parser = argparse.ArgumentParser()
     loadtest_cli.add_parser(parser.add_subparsers(dest="command"))

@@ -11,17 +11,17 @@ from kio.schema.produce.v9.response import (
 )
 from kio.static.primitive import i32, i64
 
-from broker.tools.loadtest.wire_load import (
+from protocol import api
+from protocol.errors import ErrorCode
+from protocol.framing import parse_request_header, response_frame_prefix
+from protocol.records import scan_batches
+from tools.loadtest.wire_load import (
     CORRELATION_AT,
     PRODUCE,
     PRODUCE_VERSION,
     produce_error,
     produce_frame,
 )
-from protocol import api
-from protocol.errors import ErrorCode
-from protocol.framing import parse_request_header, response_frame_prefix
-from protocol.records import scan_batches
 
 
 def test_the_frame_is_a_produce_of_one_batch() -> None:

@@ -11,9 +11,9 @@ from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
 from broker.metadata.kafka_store import KafkaMetadataClient
 from broker.metadata.store import EmbeddedMetadataStore
-from broker.security.certs import create_test_pki
 from broker.security.scram import ScramCredentialStore
 from broker.server.dynamic_listeners import ProposedListenerSecurity
+from common.certs import create_test_pki
 
 
 def tls_config(tmp_path: Path, keystore: Path, password: str) -> KafkaConfig:

@@ -1,0 +1,1 @@
+"""A connection to one broker as a client makes it: TLS, SASL, requests, its settings."""

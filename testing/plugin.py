@@ -1,0 +1,275 @@
+"""pytest plugin: real brokers on loopback ports, in-process or as a ``kplane serve`` process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.create_topics.v7.request import (
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+)
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32
+
+from broker.config.kafka_config import KafkaConfig
+from broker.logging_setup import configure_logging
+from broker.server.kafka_server import KafkaServer
+from protocol.errors import ErrorCode
+from testing.wire import WireClient
+from tools.zookeeper import ZooKeeperServer, unavailable_reason
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+TEST_DEFAULTS: dict[str, str] = {
+    "broker.id": "0",
+    "listeners": "PLAINTEXT://127.0.0.1:0",
+    "num.network.threads": "2",
+    "num.io.threads": "4",
+    "num.partitions": "1",
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+
+@dataclass
+class RunningBroker:
+    """A broker started for a test, in this process."""
+
+    server: KafkaServer
+    config: KafkaConfig
+
+    def address(self, listener: str | None = None) -> tuple[str, int]:
+        """(host, port) actually bound by ``listener`` (the first one by default)."""
+        name = listener or self.config.listeners[0].listener_name
+        endpoint = self.server.bound[name]
+        return endpoint.host or "127.0.0.1", endpoint.port
+
+    def bootstrap(self, listener: str | None = None) -> str:
+        """``host:port`` for a client's bootstrap.servers."""
+        host, port = self.address(listener)
+        return f"{host}:{port}"
+
+    def stop(self) -> None:
+        """Shut the broker down (idempotent)."""
+        self.server.shutdown()
+
+    def wire(self, listener: str | None = None) -> WireClient:
+        """A raw wire connection to ``listener``."""
+        return WireClient(*self.address(listener))
+
+    def topic_metadata(
+        self, topic: str, allow_auto: bool = False, listener: str | None = None
+    ) -> Any:
+        """The MetadataResponseTopic of ``topic`` (Metadata v12 on the wire)."""
+        with self.wire(listener) as client:
+            response = client.request(
+                MetadataRequest(
+                    topics=(MetadataRequestTopic(name=TopicName(topic), topic_id=None),),
+                    allow_auto_topic_creation=allow_auto,
+                    include_topic_authorized_operations=False,
+                )
+            )
+        (found,) = response.topics
+        return found
+
+    def wait_for_partitions(self, topic: str, count: int, timeout: float = 30.0) -> Any:
+        """Wait until Metadata shows ``topic`` with ``count`` partitions, each led."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.topic_metadata(topic)
+            if (
+                found.error_code == ErrorCode.none
+                and len(found.partitions) == count
+                and all(
+                    p.leader_id >= 0 and p.error_code == ErrorCode.none for p in found.partitions
+                )
+            ):
+                return found
+            assert time.monotonic() < deadline, f"{topic}: not {count} led partitions: {found}"
+            time.sleep(0.05)
+
+    def create_topic(
+        self, topic: str, partitions: int = 1, config: Mapping[str, str] | None = None
+    ) -> None:
+        """Create ``topic`` with CreateTopics over the wire and wait until it is led."""
+        request = CreateTopicsRequest(
+            topics=(
+                CreatableTopic(
+                    name=TopicName(topic),
+                    num_partitions=i32(partitions),
+                    replication_factor=i16(1),
+                    assignments=(),
+                    configs=tuple(
+                        CreatableTopicConfig(name=k, value=v) for k, v in (config or {}).items()
+                    ),
+                ),
+            ),
+        )
+        with self.wire() as client:
+            (result,) = client.request(request).topics
+        assert result.error_code == ErrorCode.none, (topic, result.error_message)
+        self.wait_for_partitions(topic, partitions)
+
+
+@dataclass
+class BrokerProcess:
+    """A ``kplane serve`` child process."""
+
+    process: subprocess.Popen[bytes]
+    port: int | None
+    log_path: Path
+    stopped: bool = field(default=False)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self, timeout: float = 10.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout)
+        finally:
+            self.stopped = True
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.stopped = True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on ``host`` right now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout: float = 30.0) -> None:
+    """Wait until ``host:port`` accepts a TCP connection."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{host}:{port} did not accept connections within {timeout}s")
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[Callable[..., RunningBroker]]:
+    """Start in-process brokers with test defaults plus overrides; all stop at teardown."""
+    configure_logging(cache_loggers=False)
+    started: list[RunningBroker] = []
+
+    def start(overrides: Mapping[str, str] | None = None) -> RunningBroker:
+        props = dict(TEST_DEFAULTS)
+        props["log.dirs"] = str(tmp_path / f"broker-{len(started)}")
+        props.update(overrides or {})
+        config = KafkaConfig.from_properties(props)
+        server = KafkaServer(config)
+        server.startup()
+        running = RunningBroker(server, config)
+        started.append(running)
+        return running
+
+    yield start
+    for running in reversed(started):
+        running.stop()
+
+
+@pytest.fixture
+def broker(broker_factory: Callable[..., RunningBroker]) -> RunningBroker:
+    """One started broker with a PLAINTEXT listener on an ephemeral 127.0.0.1 port."""
+    return broker_factory()
+
+
+@pytest.fixture
+def broker_process(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
+    """Start ``kplane serve`` as a child process; killed at teardown if still running."""
+    processes: list[BrokerProcess] = []
+
+    def start(
+        config_file: str = "configs/server.properties", *overrides: str, plaintext_port: bool = True
+    ) -> BrokerProcess:
+        """With ``plaintext_port`` the listeners become one PLAINTEXT listener on a free
+        port, waited for; without it the config's listeners stay as given."""
+        port = free_port() if plaintext_port else None
+        log_path = tmp_path / f"kplane-{len(processes)}.log"
+        args = [sys.executable, "-m", "tools.cli", "serve", str(REPO_ROOT / config_file)]
+        args += ["--override", f"log.dirs={tmp_path / f'proc-{len(processes)}'}"]
+        if port is not None:
+            args += ["--override", f"listeners=PLAINTEXT://127.0.0.1:{port}"]
+        for item in overrides:
+            args += ["--override", item]
+        env = dict(os.environ, KPLANE_LOG_FORMAT="json")
+        with open(log_path, "wb") as out:
+            process = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT
+            )
+        handle = BrokerProcess(process, port, log_path)
+        processes.append(handle)
+        if port is not None:
+            wait_for_port("127.0.0.1", port)
+        return handle
+
+    yield start
+    for handle in processes:
+        handle.kill()
+
+
+# ZooKeeper ----------------------------------------------------------------------------------
+
+REQUIRE_ZOOKEEPER_ENV = "KPLANE_REQUIRE_ZOOKEEPER"
+
+
+def require_zookeeper() -> None:
+    """Skip when java or Debian's zookeeper jar is missing; fail instead under
+    ``KPLANE_REQUIRE_ZOOKEEPER=1`` (``make test``, CI), where they must be installed."""
+    reason = unavailable_reason()
+    if reason is None:
+        return
+    if os.environ.get(REQUIRE_ZOOKEEPER_ENV) == "1":
+        pytest.fail(f"{REQUIRE_ZOOKEEPER_ENV}=1 but no ZooKeeper can run: {reason}")
+    pytest.skip(f"no ZooKeeper: {reason}")
+
+
+@pytest.fixture(scope="session")
+def zookeeper_session_server() -> Iterator[ZooKeeperServer]:
+    """One ZooKeeper for the session (per xdist worker), shared: don't stop or kill it."""
+    require_zookeeper()
+    with ZooKeeperServer() as server:
+        yield server
+
+
+@pytest.fixture
+def zookeeper(zookeeper_session_server: ZooKeeperServer) -> str:
+    """Connect string of a running ZooKeeper with a chroot of this test's own, e.g.
+    ``127.0.0.1:41234/kplane-test-1f2e3d4c5b6a`` (the store creates the chroot)."""
+    return f"{zookeeper_session_server.connect}/kplane-test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def zookeeper_server() -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper process of this test's own, to stop, kill or restart."""
+    require_zookeeper()
+    with ZooKeeperServer() as server:
+        yield server

@@ -1,0 +1,300 @@
+"""What ``kplane loadtest`` writes: requests.parquet, samples.parquet and summary.json.
+
+Column contract (read by ``kplane report``):
+
+* ``requests.parquet``: scenario string, plane string (``control`` | ``data``), api string
+  (``UpdateMetadata``, ``LeaderAndIsr``, ``Produce``), send_time double (unix s), latency_ms
+  double, error string (null when it succeeded). Control rows are every controller request;
+  data rows are the sampled Produce messages.
+* ``samples.parquet``: scenario string, time double (unix s), metric string, value double.
+
+pyarrow (the ``report`` extra) is imported only when the files are written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tools.loadtest.controller import ControlResult
+from tools.loadtest.metrics import Sample
+from tools.loadtest.producers import LoadResult
+from tools.loadtest.scenarios import Target
+
+REQUEST_COLUMNS = ("scenario", "plane", "api", "send_time", "latency_ms", "error")
+SAMPLE_COLUMNS = ("scenario", "time", "metric", "value")
+QUEUE_METRICS = (
+    "RequestQueueSize",
+    "ControlPlaneRequestQueueSize",
+    "ResponseQueueSize",
+    "ControlPlaneResponseQueueSize",
+)
+IDLE_MARK = "AvgIdlePercent"
+QUEUE_TIME_PREFIX = "RequestQueueTimeMs"
+TOTAL_TIME_PREFIX = "TotalTimeMs"
+HEADLINES = (("shared", "separated"), ("separated", "idle"))
+TARGETS = {  # summary key -> (numerator, denominator, comparison, bound) of a p99 ratio
+    "separated_control_p99_at_most_2x_idle": ("separated", "idle", "<=", 2.0),
+    "shared_control_p99_at_least_20x_separated": ("shared", "separated", ">=", 20.0),
+}
+
+
+@dataclass
+class ScenarioRun:
+    """Everything measured in one scenario."""
+
+    name: str
+    target: Target
+    versions: dict[str, int]
+    duration_s: float
+    control: list[ControlResult] = field(default_factory=list)
+    connect_failures: int = 0
+    load: LoadResult | None = None
+    samples: list[Sample] = field(default_factory=list)
+    scrape_failures: int = 0
+
+
+def request_rows(runs: Iterable[ScenarioRun]) -> dict[str, list[Any]]:
+    """The columns of requests.parquet."""
+    cols: dict[str, list[Any]] = {name: [] for name in REQUEST_COLUMNS}
+    for run in runs:
+        for c in run.control:
+            _append(cols, run.name, "control", c.api, c.send_time, c.latency_ms, c.error)
+        if run.load is not None:
+            load = run.load
+            for row in zip(load.send_times, load.latencies_ms, load.errors, strict=True):
+                _append(cols, run.name, "data", "Produce", *row)
+    return cols
+
+
+def _append(cols: dict[str, list[Any]], *values: Any) -> None:
+    for name, value in zip(REQUEST_COLUMNS, values, strict=True):
+        cols[name].append(value)
+
+
+def sample_rows(runs: Iterable[ScenarioRun]) -> dict[str, list[Any]]:
+    """The columns of samples.parquet."""
+    cols: dict[str, list[Any]] = {name: [] for name in SAMPLE_COLUMNS}
+    for run in runs:
+        for s in run.samples:
+            for name, value in zip(
+                SAMPLE_COLUMNS, (run.name, s.time, s.metric, s.value), strict=True
+            ):
+                cols[name].append(value)
+    return cols
+
+
+def request_schema() -> Any:
+    """The Arrow schema of requests.parquet (the contract ``kplane report`` reads)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("scenario", pa.string()),
+            ("plane", pa.string()),
+            ("api", pa.string()),
+            ("send_time", pa.float64()),
+            ("latency_ms", pa.float64()),
+            ("error", pa.string()),
+        ]
+    )
+
+
+def sample_schema() -> Any:
+    """The Arrow schema of samples.parquet."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("scenario", pa.string()),
+            ("time", pa.float64()),
+            ("metric", pa.string()),
+            ("value", pa.float64()),
+        ]
+    )
+
+
+def write_parquet(out: Path, runs: Sequence[ScenarioRun]) -> list[Path]:
+    """Write requests.parquet and samples.parquet into ``out``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    paths = [out / "requests.parquet", out / "samples.parquet"]
+    pq.write_table(pa.table(request_rows(runs), schema=request_schema()), paths[0])
+    pq.write_table(pa.table(sample_rows(runs), schema=sample_schema()), paths[1])
+    return paths
+
+
+def write_summary(out: Path, summary: Mapping[str, Any]) -> Path:
+    path = out / "summary.json"
+    path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def latency_stats(latencies_ms: Sequence[float]) -> dict[str, float] | None:
+    """p50, p99 (numpy's linear interpolation), max and mean; None without values."""
+    if not latencies_ms:
+        return None
+    values = np.asarray(latencies_ms, dtype=float)
+    p50, p99 = np.percentile(values, [50, 99])
+    return {
+        "p50": float(p50),
+        "p99": float(p99),
+        "max": float(values.max()),
+        "mean": float(values.mean()),
+    }
+
+
+def summarize(runs: Sequence[ScenarioRun], options: Mapping[str, Any]) -> dict[str, Any]:
+    """summary.json: per scenario counts and statistics, the headline ratios, the options."""
+    scenarios = {run.name: scenario_summary(run) for run in runs}
+    p99 = {
+        name: s["control"]["latency_ms"]["p99"]
+        for name, s in scenarios.items()
+        if s["control"]["latency_ms"] is not None
+    }
+    ratios = {
+        f"{top}_control_p99/{bottom}_control_p99": p99[top] / p99[bottom]
+        for top, bottom in HEADLINES
+        if top in p99 and bottom in p99 and p99[bottom] > 0
+    }
+    targets = {}
+    for key, (top, bottom, op, bound) in TARGETS.items():
+        ratio = ratios.get(f"{top}_control_p99/{bottom}_control_p99")
+        if ratio is not None:
+            targets[key] = ratio <= bound if op == "<=" else ratio >= bound
+    return {
+        "scenarios": scenarios,
+        "ratios": ratios,
+        "targets": targets,
+        "notes": {
+            "control": "every controller request; latency from send to response, one in flight",
+            "data": (
+                f"every {options.get('sample_every')}th Produce message is a row of "
+                "requests.parquet; its latency is produce() to delivery report as librdkafka "
+                "measures it; messages_per_s counts every delivered message"
+            ),
+        },
+        "options": dict(options),
+    }
+
+
+def scenario_summary(run: ScenarioRun) -> dict[str, Any]:
+    """One scenario's part of summary.json."""
+    errors = Counter(c.error for c in run.control if c.error is not None)
+    per_api = {
+        api: {"requests": len(lat), "latency_ms": latency_stats(lat)}
+        for api, lat in _by_api(run.control).items()
+    }
+    return {
+        "broker": {
+            "control_endpoint": f"{run.target.control.listener}://"
+            f"{run.target.control.host}:{run.target.control.port}",
+            "listeners": [e.listener for e in run.target.endpoints],
+            "versions": run.versions,
+        },
+        "duration_s": run.duration_s,
+        "control": {
+            "requests": len(run.control),
+            "errors": sum(errors.values()),
+            "error_names": dict(errors),
+            "connect_failures": run.connect_failures,
+            "latency_ms": latency_stats([c.latency_ms for c in run.control]),
+            "per_api": per_api,
+        },
+        "data": None if run.load is None else data_summary(run.load),
+        "queues": {
+            name: stats
+            for name in QUEUE_METRICS
+            if (stats := queue_stats([s.value for s in run.samples if s.metric == name]))
+        },
+        "idle_fraction_mean": mean_idle_fractions(run.samples),
+        # Inside the broker: time in the request queue, and from read to response written.
+        "request_queue_time_ms_mean": mean_broker_times(run.samples, QUEUE_TIME_PREFIX),
+        "total_time_ms_mean": mean_broker_times(run.samples, TOTAL_TIME_PREFIX),
+        "scrapes": len({s.time for s in run.samples}),
+        "scrape_failures": run.scrape_failures,
+    }
+
+
+def _by_api(control: Iterable[ControlResult]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for c in control:
+        out.setdefault(c.api, []).append(c.latency_ms)
+    return out
+
+
+def data_summary(load: LoadResult) -> dict[str, Any]:
+    """Counts, throughput and sampled latency of the data load."""
+    rate = load.delivered / load.seconds if load.seconds > 0 else 0.0
+    return {
+        "produced": load.produced,
+        "delivered": load.delivered,
+        "failed": load.failed,
+        "undelivered": load.undelivered,
+        "seconds": load.seconds,
+        "messages_per_s": rate,
+        "sampled": len(load.latencies_ms),
+        "sampled_errors": sum(e is not None for e in load.errors),
+        "latency_ms": latency_stats(load.latencies_ms),
+    }
+
+
+def queue_stats(values: Sequence[float]) -> dict[str, float] | None:
+    """Mean, median, max and the fraction of samples above zero; None without samples."""
+    if not values:
+        return None
+    a = np.asarray(values, dtype=float)
+    return {
+        "samples": len(a),
+        "mean": float(a.mean()),
+        "p50": float(np.percentile(a, 50)),
+        "max": float(a.max()),
+        "nonzero_fraction": float((a > 0).mean()),
+    }
+
+
+def mean_idle_fractions(samples: Iterable[Sample]) -> dict[str, float]:
+    """``*AvgIdlePercent`` metric (with labels) -> its mean over the scenario's scrapes."""
+    values: dict[str, list[float]] = {}
+    for s in samples:
+        if IDLE_MARK in s.metric:
+            values.setdefault(s.metric, []).append(s.value)
+    return {metric: float(np.mean(v)) for metric, v in sorted(values.items())}
+
+
+def mean_broker_times(samples: Iterable[Sample], metric_name: str) -> dict[str, float]:
+    """``request/plane`` -> the broker's mean ``metric_name`` (RequestQueueTimeMs,
+    TotalTimeMs...) over the scenario, from the growth of its cumulative ``_sum`` and
+    ``_count`` since the first scrape."""
+    ordered = sorted(samples, key=lambda s: s.time)
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for s in ordered:
+        if s.metric.startswith(metric_name + "_"):
+            if s.time == ordered[0].time:
+                first[s.metric] = s.value
+            last[s.metric] = s.value
+    means = {}
+    for metric, total in last.items():
+        if not metric.startswith(metric_name + "_sum"):
+            continue
+        labels = metric[len(metric_name + "_sum") :]
+        count_metric = metric_name + "_count" + labels
+        count = last.get(count_metric, 0.0) - first.get(count_metric, 0.0)
+        if count > 0:
+            means[_label_key(labels)] = (total - first.get(metric, 0.0)) / count
+    return dict(sorted(means.items()))
+
+
+def _label_key(labels: str) -> str:
+    """``{plane="data",request="Produce"}`` -> ``Produce/data``."""
+    pairs = dict(item.split("=", 1) for item in labels.strip("{}").split(",") if item)
+    values = {k: v.strip('"') for k, v in pairs.items()}
+    return f"{values.get('request', '?')}/{values.get('plane', '?')}"
