@@ -11,7 +11,8 @@ headers, and the batches are stored and served as bytes.
 
 :func:`build_batch`, :func:`iter_records` and :func:`iter_all_records` encode
 and decode individual records; they are meant for kplane's own client and for
-tests.
+tests. :func:`encode_batch` writes decoded records back as a batch with every
+header field given (log compaction rebuilds a stored batch with it).
 
 Batch layout (all integers big-endian)::
 
@@ -71,6 +72,7 @@ __all__ = (
     "InvalidRecordError",
     "Record",
     "build_batch",
+    "encode_batch",
     "iter_all_records",
     "iter_records",
     "number_batches",
@@ -593,6 +595,91 @@ def build_batch(
     attributes = compression
     if is_transactional:
         attributes |= _TRANSACTIONAL_MASK
+    return _seal_batch(
+        payload,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=attributes,
+        last_offset_delta=len(records) - 1,
+        base_timestamp=first_timestamp,
+        max_timestamp=max(timestamps),
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        record_count=len(records),
+    )
+
+
+def encode_batch(
+    records: Sequence[Record],
+    *,
+    base_offset: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    attributes: int = COMPRESSION_NONE,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """Encode ``records`` that carry their own offsets and timestamps as one magic-v2 batch
+    whose header fields are all given, e.g. a stored batch rebuilt without some records.
+
+    Unlike :func:`build_batch`, a record is written at offset delta ``record.offset -
+    base_offset`` (gaps stay gaps) with timestamp delta ``record.timestamp -
+    base_timestamp``; ``records`` may be empty. They are compressed with the codec in the
+    low three bits of ``attributes``; the other bits are written as given. Raises
+    :class:`ValueError` for a record without a timestamp or outside ``0..last_offset_delta``,
+    an unknown codec, or a field out of range.
+    """
+    codec = attributes & _COMPRESSION_MASK
+    if codec not in COMPRESSION_NAMES:
+        raise ValueError(f"unknown compression codec id {codec}")
+    body = bytearray()
+    for record in records:
+        offset_delta = record.offset - base_offset
+        if not 0 <= offset_delta <= last_offset_delta:
+            raise ValueError(
+                f"record offset {record.offset} outside the batch "
+                f"{base_offset}..{base_offset + last_offset_delta}"
+            )
+        if record.timestamp is None:
+            raise ValueError(f"record at offset {record.offset} has no timestamp")
+        _encode_record(body, record, offset_delta, record.timestamp - base_timestamp)
+    payload: bytes | bytearray = body
+    if codec != COMPRESSION_NONE:
+        payload = compress(codec, bytes(body))
+    return _seal_batch(
+        payload,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=attributes,
+        last_offset_delta=last_offset_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        record_count=len(records),
+    )
+
+
+def _seal_batch(
+    payload: bytes | bytearray,
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    record_count: int,
+) -> bytes:
+    """The batch: the 61-byte header with these fields, then ``payload``, CRC-32C filled in."""
     batch = bytearray(BATCH_HEADER_SIZE)
     batch += payload
     if len(batch) - LOG_OVERHEAD > _INT32_MAX:
@@ -607,13 +694,13 @@ def build_batch(
             _MAGIC_V2,
             0,  # CRC, filled in below
             attributes,
-            len(records) - 1,
-            first_timestamp,
-            max(timestamps),
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
             producer_id,
             producer_epoch,
             base_sequence,
-            len(records),
+            record_count,
         )
     except struct.error as exc:
         raise ValueError(f"batch header field out of range: {exc}") from exc
