@@ -455,6 +455,28 @@ def read_partial_batches(buffer: Buffer) -> list[BatchHeader]:
         return batches
 
 
+def scan_valid_prefix(buffer: Buffer) -> tuple[list[BatchHeader], str | None]:
+    """The whole, CRC-checked batches at the start of ``buffer``, up to the first that is
+    truncated or invalid, and why scanning stopped there (None when every byte was valid).
+
+    This is how a log's tail is recovered after an unclean stop: what follows the last
+    valid batch is cut off.
+    """
+    with _byte_view(buffer) as view:
+        batches: list[BatchHeader] = []
+        pos = 0
+        end = len(view)
+        while pos < end:
+            try:
+                header = _parse_batch_header(view, pos, verify_crc=True, allow_truncated=False)
+            except InvalidRecordError as exc:
+                return batches, exc.message
+            assert header is not None
+            batches.append(header)
+            pos += header.size
+        return batches, None
+
+
 # ---------------------------------------------------------------------------
 # Offsets (hot path): assigned to headers, written when the batch is served
 # ---------------------------------------------------------------------------

@@ -40,6 +40,7 @@ TEST_DEFAULTS: dict[str, str] = {
     "num.io.threads": "4",
     "num.partitions": "1",
     "group.initial.rebalance.delay.ms": "0",
+    "kplane.log.storage": "memory",  # fast fixtures; tests of the file log override it
 }
 
 

@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from array import array
 from dataclasses import dataclass
 
+from broker.log.producer_state import ProducerStateManager
 from protocol.fetch_response import Piece
 from protocol.records import BatchHeader, Record, iter_records, served_prefix
 
@@ -28,7 +29,10 @@ class LogAppendInfo:
 
 
 class Log(ABC):
-    """An append-only sequence of record batches with offsets."""
+    """An append-only sequence of record batches with offsets, and the idempotent-producer
+    state its batches built."""
+
+    producer_state: ProducerStateManager
 
     @property
     @abstractmethod
@@ -65,6 +69,12 @@ class Log(ABC):
     def max_timestamp(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the record with the largest timestamp."""
 
+    def flush(self, up_to: int | None = None) -> None:  # noqa: B027 - nothing to flush
+        """Make what was appended durable (up to ``up_to``)."""
+
+    def close(self) -> None:  # noqa: B027 - nothing to release
+        """Release the log's files after a last flush."""
+
 
 class MemoryLog(Log):
     """A log held in memory: appended buffers, and per batch its place in them.
@@ -77,6 +87,7 @@ class MemoryLog(Log):
     """
 
     def __init__(self, start_offset: int = 0) -> None:
+        self.producer_state = ProducerStateManager()
         self._start = start_offset
         self._end = start_offset
         self._buffers: list[bytes] = []

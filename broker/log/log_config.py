@@ -10,11 +10,48 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
 
+from broker.config.definitions import LONG_MAX
 from broker.config.kafka_config import KafkaConfig
+from broker.config.topic_configs import TOPIC_CONFIGS
 from broker.metadata.kafka_store import KafkaMetadataClient
 
 TOPICS = "topics"
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings:
+    """What a partition's log acts on, by the topic config each field is named after
+    (``segment_bytes`` is ``segment.bytes``); the defaults are Kafka's."""
+
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = 10485760
+    index_interval_bytes: int = 4096
+    retention_ms: int = 604800000
+    retention_bytes: int = -1
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    file_delete_delay_ms: int = 60000
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    delete_retention_ms: int = 86400000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+
+_SETTING_FIELDS = tuple((f.name, f.name.replace("_", ".")) for f in fields(LogSettings))
 
 
 class LogConfigs:
@@ -25,6 +62,7 @@ class LogConfigs:
         self.client = client
         self._broker_config = broker_config
         self._overrides: dict[str, dict[str, str]] = {}
+        self._settings: dict[str, tuple[KafkaConfig, LogSettings]] = {}
         self._lock = threading.Lock()
 
     def on_config_change(self, entity_path: str) -> None:
@@ -63,7 +101,51 @@ class LogConfigs:
             topic, "message.timestamp.difference.max.ms", "log.message.timestamp.difference.max.ms"
         )
 
+    def log_settings(self, topic: str) -> LogSettings:
+        """The topic's LogSettings: its overrides, else the current broker defaults (Kafka's
+        synonyms: ``retention.ms`` from ``log.retention.ms|minutes|hours``). Cached until
+        the topic's config or the broker's config changes."""
+        config = self._broker_config()
+        cached = self._settings.get(topic)
+        if cached is not None and cached[0] is config:
+            return cached[1]
+        overrides = self._topic(topic)
+        values: dict[str, Any] = {}
+        for field_name, name in _SETTING_FIELDS:
+            text = overrides.get(name)
+            if text is None:
+                text = self._broker_default(config, name)
+            if text is not None:
+                values[field_name] = TOPIC_CONFIGS[name].parse(text)
+        if "cleanup_policy" in values:
+            values["cleanup_policy"] = tuple(values["cleanup_policy"])
+        settings = LogSettings(**values)
+        with self._lock:
+            self._settings[topic] = (config, settings)
+        return settings
+
+    @staticmethod
+    def _broker_default(config: KafkaConfig, name: str) -> str | None:
+        definition = TOPIC_CONFIGS[name]
+        for broker_name in definition.broker_synonyms:
+            value = config.get(broker_name)
+            if value is None:
+                continue
+            if isinstance(value, list | tuple):
+                text = ",".join(str(v) for v in value)
+            elif isinstance(value, bool):
+                text = str(value).lower()
+            else:
+                text = str(value)
+            return definition.from_broker_value(broker_name, text)
+        return None
+
+    def compacted(self, topic: str) -> bool:
+        """``cleanup.policy`` contains ``compact``."""
+        return self.log_settings(topic).compact
+
     def forget(self, topic: str) -> None:
-        """Drop a deleted topic's overrides."""
+        """Drop a topic's overrides (deleted, or its config changed)."""
         with self._lock:
             self._overrides.pop(topic, None)
+            self._settings.pop(topic, None)

@@ -30,8 +30,16 @@ class Partition:
         self.leader_epoch = leader_epoch
         self.leader_id = -1  # set by the ReplicaManager from the controller's decisions
         self.partition_epoch = -1
-        self.producer_state = ProducerStateManager()
         self._lock = threading.Lock()
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        return self.log.producer_state
+
+    def close(self) -> None:
+        """Flush and close the log (appends wait for the lock, so none is cut short)."""
+        with self._lock:
+            self.log.close()
 
     @property
     def high_watermark(self) -> int:

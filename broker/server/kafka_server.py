@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 import uuid
@@ -19,11 +18,10 @@ from broker.controller.controller import KafkaController
 from broker.group.coordinator import GroupConfig, GroupCoordinator
 from broker.group.placement import coordinator_for
 from broker.log.log_config import LogConfigs
-from broker.log.log_manager import LogManager
+from broker.log.log_manager import LogManager, LogManagerConfig
 from broker.metadata.cache import MetadataCache
 from broker.metadata.config_changes import ConfigChangeListener
 from broker.metadata.kafka_store import BrokerRegistration, KafkaMetadataClient
-from broker.metadata.meta_properties import check_meta_properties
 from broker.metadata.registration import BrokerRegistrar
 from broker.metadata.store import MetadataStore
 from broker.metadata.stores import open_store
@@ -131,8 +129,25 @@ class KafkaServer:
     def _start_metadata(self) -> KafkaConfig:
         """The metadata store, the dynamic config on top of the static one (KIP-226), the
         cluster id and the MetadataCache. Returns the config to start with."""
-        log_dir = self.static_config.log_dirs[0]
-        os.makedirs(log_dir, exist_ok=True)
+        config = self.static_config
+        self.log_manager = LogManager(
+            LogManagerConfig(
+                storage=config.get_str("kplane.log.storage"),
+                log_dirs=tuple(config.log_dirs),
+                retention_check_interval_ms=config.get_int("log.retention.check.interval.ms"),
+                flush_check_interval_ms=config.get_int("log.flush.scheduler.interval.ms"),
+                recovery_point_checkpoint_interval_ms=config.get_int(
+                    "log.flush.offset.checkpoint.interval.ms"
+                ),
+                log_start_checkpoint_interval_ms=config.get_int(
+                    "log.flush.start.offset.checkpoint.interval.ms"
+                ),
+                file_delete_delay_ms=config.get_int("log.segment.delete.delay.ms"),
+            ),
+            lambda topic: self.log_configs.log_settings(topic),
+        )
+        self.log_manager.lock_dirs()  # before the store: a second broker on these dirs stops
+        self.lifecycle.on_shutdown("close logs", self.log_manager.shutdown)
         self.store = self._store or open_store(self.static_config)
         self.lifecycle.on_shutdown("close metadata store", self.store.close)
         self.client = KafkaMetadataClient(self.store)
@@ -140,7 +155,7 @@ class KafkaServer:
         config = self.dynamic.initialize()
         set_switch_interval(config)
         self.cluster_id = self.client.get_or_create_cluster_id()
-        check_meta_properties(log_dir, self.broker_id, self.cluster_id)
+        self.log_manager.check_identity(self.broker_id, self.cluster_id)
         self.cache = MetadataCache(self.cluster_id, self.broker_id)
         self.registrar = BrokerRegistrar(self.client, self._registration)
         return config
@@ -158,8 +173,8 @@ class KafkaServer:
         group coordinator."""
         self.timer = SystemTimer()
         self.lifecycle.on_shutdown("stop timer", self.timer.shutdown)
-        self.log_manager = LogManager()
         self.log_configs = LogConfigs(self.client, lambda: self.config)
+        self.log_manager.startup()
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", self.timer)
         self.replica_manager = ReplicaManager(
             self.broker_id,

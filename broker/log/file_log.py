@@ -1,0 +1,351 @@
+"""FileLog: a partition's log as Kafka keeps it on disk, a directory of segments.
+
+``<log dir>/<topic>-<partition>/`` holds ``<base offset>.log|.index|.timeindex`` per segment,
+``<offset>.snapshot`` files of the idempotent-producer state and ``leader-epoch-checkpoint``.
+Appends go to the active (last) segment, which rolls on size, age or a full index. Reads take
+one byte range of one segment. The segment list is replaced, never changed in place, so
+readers work on a consistent copy without a lock; a removed segment's file stays open until
+``file.delete.delay.ms`` has passed, so a read already under way finishes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+from broker.log.leader_epoch_cache import LeaderEpochCache
+from broker.log.log import PREFIX_SIZE, Log
+from broker.log.log_config import LogSettings
+from broker.log.producer_state import (
+    ProducerStateManager,
+    delete_snapshots,
+    load_latest_snapshot,
+    write_snapshot,
+)
+from broker.log.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment
+from protocol.fetch_response import Piece
+from protocol.records import BatchHeader, Record, iter_records, served_prefix
+
+log = structlog.get_logger(__name__)
+
+LEFTOVER_SUFFIXES = (".cleaned", ".swap", ".tmp")
+Retire = Callable[[LogSegment, int], None]
+"""Close and remove a segment's renamed files after a delay in ms (the LogManager's)."""
+OnRoll = Callable[["FileLog", int], None]
+"""Called with the new segment's base offset after a roll (the LogManager flushes the
+segments before it in the background)."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class FileLog(Log):
+    """A partition's segments on disk; appends are serialized by the Partition's lock."""
+
+    def __init__(
+        self,
+        directory: Path,
+        settings: Callable[[], LogSettings],
+        retire: Retire,
+        *,
+        on_roll: OnRoll | None = None,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        clean: bool = True,
+    ) -> None:
+        self.directory = directory
+        self._settings = settings
+        self._retire = retire
+        self._on_roll = on_roll
+        directory.mkdir(parents=True, exist_ok=True)
+        self.leader_epochs = LeaderEpochCache(directory)
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._start = log_start_offset
+        self._end = 0
+        self.recovery_point = recovery_point
+        self._unflushed = 0
+        self._last_flush_ms = _now_ms()
+        self.producer_state = ProducerStateManager()
+        self._load(clean)
+
+    # loading -------------------------------------------------------------------------
+    def _segment(self, base_offset: int, settings: LogSettings) -> LogSegment:
+        segment = LogSegment(
+            self.directory,
+            base_offset,
+            index_interval_bytes=settings.index_interval_bytes,
+            max_index_bytes=settings.segment_index_bytes,
+            created_ms=_now_ms(),
+        )
+        jitter = settings.segment_jitter_ms
+        segment.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
+        return segment
+
+    def _load(self, clean: bool) -> None:
+        settings = self._settings()
+        bases = []
+        for path in self.directory.iterdir():
+            if path.name.endswith(DELETED_SUFFIX) or path.suffix in LEFTOVER_SUFFIXES:
+                path.unlink(missing_ok=True)  # a removal or a cleaning cut short by a stop
+            elif path.suffix == LOG_SUFFIX and path.stem.isdigit():
+                bases.append(int(path.stem))
+        snapshot = self._load_producer_state()
+        replay_from = snapshot if snapshot is not None else 0
+        truncated = False
+        bases.sort()
+        for k, base in enumerate(bases):
+            segment = self._segment(base, settings)
+            if truncated:  # everything after a cut tail is gone with it
+                self._remove_now(segment)
+                continue
+            next_base = bases[k + 1] if k + 1 < len(bases) else None
+            unsafe = not clean and (next_base is None or next_base > self.recovery_point)
+            if unsafe or not segment.load():
+                cut, reason = segment.recover(
+                    lambda h: self._replay(h, replay_from)
+                )
+                if cut:
+                    log.warning(
+                        "log recovered after an unclean stop: tail cut",
+                        log_dir=str(self.directory),
+                        segment=segment.log_path.name,
+                        bytes_dropped=cut,
+                        reason=reason,
+                    )
+                    truncated = True
+            elif segment.next_offset > replay_from:
+                start = segment.find(replay_from)
+                for header in segment.batches(start.position if start else segment.size):
+                    self._replay(header, replay_from)
+            self._segments.append(segment)
+        if not self._segments:
+            self._segments.append(self._segment(max(self._start, self.recovery_point), settings))
+        self._bases = [s.base_offset for s in self._segments]
+        self._end = max(self._segments[-1].next_offset, self._segments[-1].base_offset)
+        self._start = max(self._start, self._segments[0].base_offset)
+        if snapshot is not None and snapshot > self._end:
+            self._rebuild_producer_state()
+        delete_snapshots(self.directory, above=self._end)
+        self.leader_epochs.truncate_from_end(self._end)
+        self.recovery_point = self._end
+
+    def _load_producer_state(self) -> int | None:
+        """Load the newest readable snapshot; its offset, or None (replay from the start)."""
+        found = load_latest_snapshot(self.directory)
+        if found is None:
+            return None
+        offset, self.producer_state = found
+        return offset
+
+    def _replay(self, header: BatchHeader, replay_from: int) -> None:
+        if header.base_offset >= replay_from and header.producer_id >= 0:
+            self.producer_state.update(header, now_ms=header.max_timestamp)
+
+    def _rebuild_producer_state(self) -> None:
+        self.producer_state = ProducerStateManager()
+        for segment in self._segments:
+            for header in segment.batches():
+                self._replay(header, 0)
+
+    # the Log interface -----------------------------------------------------------------
+    @property
+    def log_start_offset(self) -> int:
+        return self._start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._end
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def append(self, buffer: bytes, batches: list[BatchHeader]) -> None:
+        settings = self._settings()
+        size = sum(b.size for b in batches)
+        active = self._segments[-1]
+        roll_ms = settings.segment_ms - active.roll_jitter_ms
+        if active.should_roll(
+            size, _now_ms(), settings.segment_bytes, roll_ms, batches[-1].last_offset
+        ):
+            active = self._roll(settings)
+        view = memoryview(buffer)
+        pieces: list[Piece] = []
+        for b in batches:
+            pieces += (served_prefix(b), view[b.position + PREFIX_SIZE : b.position + b.size])
+        active.append(batches, pieces)
+        for b in batches:
+            self.leader_epochs.assign(b.partition_leader_epoch, b.base_offset)
+        self._end = batches[-1].next_offset
+        self._unflushed += sum(b.last_offset_delta + 1 for b in batches)
+        if self._unflushed >= settings.flush_messages:
+            self.flush()
+
+    def _roll(self, settings: LogSettings) -> LogSegment:
+        """Start a new active segment at the log end; snapshot the producer state there
+        (as Kafka does), so a restart replays at most the new segment."""
+        segment = self._segment(self._end, settings)
+        self._segments = [*self._segments, segment]
+        self._bases = [*self._bases, segment.base_offset]
+        write_snapshot(self.directory, self._end, self.producer_state)
+        delete_snapshots(self.directory, below=self._start)
+        if self._on_roll is not None:
+            self._on_roll(self, segment.base_offset)
+        return segment
+
+    def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> list[Piece]:
+        segments, bases = self._segments, self._bases
+        i = max(bisect.bisect_right(bases, offset) - 1, 0)
+        for segment in segments[i:]:
+            limit = segment.size
+            batch = segment.find(offset, limit)
+            if batch is None:
+                continue
+            length = min(max_bytes, limit - batch.position)
+            if min_one_batch and batch.size > length:
+                length = min(batch.size, limit - batch.position)
+            return [segment.read(batch.position, length)] if length > 0 else []
+        return []
+
+    def _batch_records(self, segment: LogSegment, offset: int) -> list[Record]:
+        batch = segment.find(offset)
+        if batch is None:
+            return []
+        return list(iter_records(segment.read(batch.position, batch.size)))
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        for segment in self._segments:
+            if segment.max_timestamp < timestamp_ms:
+                continue
+            start = segment.find(segment.time_index.lookup(timestamp_ms))
+            position = start.position if start is not None else segment.size
+            for header in segment.batches(position):
+                if header.max_timestamp < timestamp_ms:
+                    continue
+                data = segment.read(header.position, header.size)
+                for record in iter_records(data):
+                    ts = record.timestamp
+                    if ts is not None and ts >= timestamp_ms and record.offset >= self._start:
+                        return record.offset, ts
+        return None
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        segments = [s for s in self._segments if s.size]
+        if not segments:
+            return None
+        best_segment = max(reversed(segments), key=lambda s: s.max_timestamp)
+        best: tuple[int, int] | None = None
+        for record in self._batch_records(best_segment, best_segment.offset_of_max_timestamp):
+            ts = record.timestamp if record.timestamp is not None else -1
+            if best is None or ts >= best[1]:
+                best = (record.offset, ts)
+        return best
+
+    def maybe_increment_log_start_offset(self, new_start: int) -> bool:
+        """Move the log start offset forward (DeleteRecords, retention); segments wholly
+        below it go."""
+        if new_start <= self._start:
+            return False
+        self._start = min(new_start, self._end)
+        self._delete_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= self._start)
+        return True
+
+    # retention ---------------------------------------------------------------------------
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Kafka's retention: with ``cleanup.policy`` delete, segments past ``retention.ms``
+        (by their largest timestamp) and the oldest beyond ``retention.bytes``; always those
+        wholly below the log start offset. Returns how many went."""
+        settings = self._settings()
+        now = _now_ms() if now_ms is None else now_ms
+        deleted = self._delete_segments(
+            lambda seg, nxt: nxt is not None and nxt.base_offset <= self._start
+        )
+        if not settings.delete:
+            return deleted
+        if settings.retention_ms >= 0:
+            active = self._segments[-1]
+            if active.size and now - _largest_timestamp(active) > settings.retention_ms:
+                self._roll(settings)  # Kafka rolls so the expired active segment can go
+            deleted += self._delete_segments(
+                lambda seg, nxt: nxt is not None
+                and seg.size > 0
+                and now - _largest_timestamp(seg) > settings.retention_ms
+            )
+        if settings.retention_bytes >= 0:
+            excess = self.size_bytes - settings.retention_bytes
+
+            def over(seg: LogSegment, nxt: LogSegment | None) -> bool:
+                nonlocal excess
+                if nxt is None or excess < seg.size:
+                    return False
+                excess -= seg.size
+                return True
+
+            deleted += self._delete_segments(over)
+        return deleted
+
+    def _delete_segments(
+        self, deletable: Callable[[LogSegment, LogSegment | None], bool]
+    ) -> int:
+        """Remove the oldest segments while ``deletable(segment, next)`` holds; the active
+        segment (whose next is None) always stays."""
+        segments = self._segments
+        count = 0
+        while count < len(segments) - 1 and deletable(segments[count], segments[count + 1]):
+            count += 1
+        if not count:
+            return 0
+        gone, self._segments = segments[:count], segments[count:]
+        self._bases = self._bases[count:]
+        self._start = max(self._start, self._segments[0].base_offset)
+        delay = self._settings().file_delete_delay_ms
+        for segment in gone:
+            segment.mark_deleted()
+            self._retire(segment, delay)
+        delete_snapshots(self.directory, below=self._start)
+        return count
+
+    # flush and close -----------------------------------------------------------------------
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync the segments holding offsets from the recovery point to ``up_to`` (the
+        log end when None); the recovery point moves there."""
+        end = self._end if up_to is None else up_to
+        for segment in self._segments:
+            if segment.base_offset < end and segment.next_offset > self.recovery_point:
+                segment.flush()
+        self.recovery_point = max(self.recovery_point, end)
+        if up_to is None:
+            self._unflushed = 0
+            self._last_flush_ms = _now_ms()
+
+    def flush_if_due(self, now_ms: int) -> None:
+        """The flush scheduler's check: flush when ``flush.ms`` has passed with data."""
+        if self._unflushed and now_ms - self._last_flush_ms >= self._settings().flush_ms:
+            self.flush()
+
+    def close(self) -> None:
+        """A clean stop: flush, snapshot the producer state at the end, close the files."""
+        self.flush()
+        write_snapshot(self.directory, self._end, self.producer_state)
+        for segment in self._segments:
+            segment.close()
+
+    def _remove_now(self, segment: LogSegment) -> None:
+        segment.close()
+        for path in segment.files():
+            path.unlink(missing_ok=True)
+
+
+def _largest_timestamp(segment: LogSegment) -> int:
+    """The newest record timestamp in the segment, else its file's modification time."""
+    if segment.max_timestamp >= 0:
+        return segment.max_timestamp
+    return int(os.stat(segment.log_path).st_mtime * 1000)

@@ -1,0 +1,133 @@
+"""Acknowledged records survive the broker: kill -9 and SIGTERM under confluent-kafka
+producers, restarted on the same log.dirs, every record read back at the offset it was
+acknowledged with, and the next produce continuing after it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.integration.helpers import produce_all, read_from_beginning
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "durable"
+PARTITIONS = 3
+
+
+def _serve(broker_process, log_dir: Path, port: int | None = None, *overrides: str):  # type: ignore[no-untyped-def]
+    extra = [f"log.dirs={log_dir}", "num.partitions=3", *overrides]
+    if port is None:
+        return broker_process("configs/server.properties", *extra)
+    extra.append(f"listeners=PLAINTEXT://127.0.0.1:{port}")
+    handle = broker_process("configs/server.properties", *extra, plaintext_port=False)
+    handle.port = port
+    return handle
+
+
+def _produce(
+    bootstrap: str, count: int, acks: str, start: int = 0, **config: object
+) -> dict[int, list[int]]:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 2, **config}
+    )
+    messages = (
+        {"key": b"k%d" % i, "value": b"v%d" % i, "partition": i % PARTITIONS}
+        for i in range(start, start + count)
+    )
+    return produce_all(producer, TOPIC, messages, PARTITIONS)
+
+
+def _stored(bootstrap: str, delivered: dict[int, list[int]]) -> dict[int, list[tuple[int, bytes]]]:
+    counts = {p: len(offsets) for p, offsets in delivered.items()}
+    got = read_from_beginning(bootstrap, "reader", TOPIC, counts, batch=1000, timeout=60)
+    return {p: [(m.offset(), m.value()) for m in msgs] for p, msgs in got.items()}
+
+
+@pytest.mark.parametrize(("stop", "acks"), [("kill", "all"), ("kill", "1"), ("term", "all")])
+def test_acknowledged_records_survive_a_restart(
+    broker_process, tmp_path: Path, stop: str, acks: str  # type: ignore[no-untyped-def]
+) -> None:
+    from testing.plugin import free_port, wait_for_port
+
+    log_dir = tmp_path / "data"
+    port = free_port()
+    first = _serve(broker_process, log_dir, port)
+    wait_for_port("127.0.0.1", port)
+    delivered = _produce(first.bootstrap, 6000, acks)
+    if stop == "kill":
+        first.kill()
+    else:
+        assert first.terminate() == 0
+    second = _serve(broker_process, log_dir, port)
+    wait_for_port("127.0.0.1", port)
+    stored = _stored(second.bootstrap, delivered)
+    for p in range(PARTITIONS):
+        assert [o for o, _ in stored[p]] == delivered[p], f"partition {p}"
+        assert [o for o, _ in stored[p]] == list(range(len(delivered[p])))
+    more = _produce(second.bootstrap, 30, acks, start=6000)
+    for p in range(PARTITIONS):
+        assert more[p][0] == len(delivered[p]), "the next offset continues after the restart"
+
+
+def test_idempotent_producer_across_a_kill_writes_no_duplicate(
+    broker_process, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    from testing.plugin import free_port, wait_for_port
+
+    log_dir = tmp_path / "data"
+    port = free_port()
+    first = _serve(broker_process, log_dir, port)
+    wait_for_port("127.0.0.1", port)
+    producer = Producer(
+        {
+            "bootstrap.servers": first.bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 60000,
+        }
+    )
+    delivered: list[bytes] = []
+    errors: list[str] = []
+
+    def on_delivery(err, msg) -> None:  # type: ignore[no-untyped-def]
+        if err is not None:
+            errors.append(str(err))
+        else:
+            delivered.append(msg.value())
+
+    for i in range(3000):
+        producer.produce(TOPIC, value=b"i%d" % i, partition=0, on_delivery=on_delivery)
+        producer.poll(0)
+        if i == 1500:
+            producer.flush(30)
+            first.kill()
+            second = _serve(broker_process, log_dir, port)
+    assert producer.flush(90) == 0
+    assert errors == []
+    wait_for_port("127.0.0.1", port)
+    stored = _stored(second.bootstrap, {0: list(range(len(delivered))), 1: [], 2: []})
+    values = [v for _, v in stored[0]]
+    assert len(values) == len(set(values)), "no record written twice"
+    assert sorted(values) == sorted(delivered)
+
+
+def test_a_second_broker_on_the_same_log_dirs_stops_with_one_line(
+    broker_process, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    from testing.plugin import free_port
+
+    log_dir = tmp_path / "data"
+    first = _serve(broker_process, log_dir)
+    second = _serve(broker_process, log_dir, free_port())
+    assert second.process.wait(timeout=30) != 0
+    errors = [
+        json.loads(line)
+        for line in second.log_text().splitlines()
+        if line.startswith("{") and json.loads(line).get("level") == "error"
+    ]
+    assert len(errors) == 1 and "in use by another broker" in json.dumps(errors[0])
+    assert first.process.poll() is None
