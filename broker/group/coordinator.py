@@ -39,7 +39,12 @@ from broker.group.group_metadata import (
     TopicPartition,
     now_ms,
 )
-from broker.group.offset_manager import OffsetDeleteResult, OffsetFetchResult, OffsetManager
+from broker.group.offset_manager import (
+    OffsetDeleteResult,
+    OffsetFetchResult,
+    OffsetManager,
+    OffsetStore,
+)
 from broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
 from broker.utils.timer import SystemTimer
 from protocol.errors import ErrorCode
@@ -166,6 +171,7 @@ class GroupCoordinator:
         config: GroupConfig,
         timer: SystemTimer,
         partition_exists: Callable[[str, int], bool],
+        offset_store: OffsetStore | None = None,
     ) -> None:
         self.config = config
         self._timer = timer
@@ -181,7 +187,11 @@ class GroupCoordinator:
             retention_ms=config.offsets_retention_ms,
             retention_check_interval_ms=config.offsets_retention_check_interval_ms,
             metadata_max_bytes=config.offset_metadata_max_bytes,
+            store=offset_store,
         )
+        loaded = self._offsets.load_groups(lambda gid: self._get_or_create_group(gid, True))
+        if loaded:
+            log.info("groups with committed offsets loaded", groups=loaded)
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -1055,7 +1065,7 @@ class GroupCoordinator:
         partitions answer offset -1."""
         with self._deferring():
             group = self._get_group(group_id)
-            self._defer(callback, self._offsets.get_offsets(group, partitions))
+            self._defer(callback, self._offsets.get_offsets(group_id, group, partitions))
 
     def delete_offsets(
         self,

@@ -2,15 +2,19 @@
 
 The GroupCoordinator validates who may commit or delete (membership, generation, state) and
 calls this manager, which stores, fetches, deletes and expires the offsets. They are kept per
-group in :class:`~broker.group.group_metadata.GroupMetadata` (``offsets``), in memory: there
-is no ``__consumer_offsets`` topic. Methods taking a group expect its lock held, except
-``get_offsets``.
+group in :class:`~broker.group.group_metadata.GroupMetadata` (``offsets``) and written through
+to an :class:`OffsetStore` (the metadata store, at Kafka's ZooKeeper offset layout
+``/consumers/<group>/offsets/<topic>/<partition>``), which is the truth: a fetch reads it, so
+a coordinator that took a group over from another broker answers what that one stored.
+Methods taking a group expect its lock held, except ``get_offsets``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import structlog
 
@@ -28,6 +32,64 @@ from protocol.errors import ErrorCode
 log = structlog.get_logger(__name__)
 
 INVALID_OFFSET = -1
+
+
+class OffsetStore(Protocol):
+    """Where committed offsets are durable (KafkaMetadataClient's committed-offset methods)."""
+
+    def write_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], bytes]) -> None: ...
+
+    def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> None: ...
+
+    def delete_group_offsets(self, group_id: str) -> None: ...
+
+    def read_offsets(self, group_id: str) -> dict[tuple[str, int], bytes]: ...
+
+    def groups_with_offsets(self) -> list[str]: ...
+
+
+def encode_offset(om: OffsetAndMetadata) -> bytes:
+    """One committed offset as stored."""
+    return json.dumps(
+        {
+            "version": 1,
+            "offset": om.offset,
+            "leader_epoch": om.leader_epoch,
+            "metadata": om.metadata,
+            "commit_timestamp": om.commit_timestamp_ms,
+            "expire_timestamp": om.expire_timestamp_ms,
+        }
+    ).encode()
+
+
+def decode_offset(data: bytes) -> OffsetAndMetadata | None:
+    """A stored committed offset; None when it does not parse (logged, then ignored)."""
+    try:
+        doc = json.loads(data)
+        return OffsetAndMetadata(
+            offset=int(doc["offset"]),
+            leader_epoch=int(doc.get("leader_epoch", -1)),
+            metadata=str(doc.get("metadata") or ""),
+            commit_timestamp_ms=int(doc.get("commit_timestamp", 0)),
+            expire_timestamp_ms=(
+                int(doc["expire_timestamp"]) if doc.get("expire_timestamp") is not None else None
+            ),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("stored committed offset ignored", reason=str(exc))
+        return None
+
+
+def read_group_offsets(
+    store: OffsetStore, group_id: str
+) -> dict[TopicPartition, OffsetAndMetadata]:
+    """A group's committed offsets from ``store``."""
+    out = {}
+    for (topic, partition), data in store.read_offsets(group_id).items():
+        om = decode_offset(data)
+        if om is not None:
+            out[TopicPartition(topic, partition)] = om
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +131,9 @@ class OffsetManager:
         retention_ms: int,
         retention_check_interval_ms: int,
         metadata_max_bytes: int,
+        store: OffsetStore | None = None,
     ) -> None:
+        self._store = store
         self._timer = timer
         self._partition_exists = partition_exists
         self._groups = groups
@@ -110,31 +174,50 @@ class OffsetManager:
         now = now_ms()
         expire = now + retention_ms if retention_ms >= 0 else None
         limit = self._metadata_max_bytes
+        stored: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, om in offsets.items():
             metadata = om.metadata or ""
             if len(metadata.encode("utf-8")) > limit:
                 errors[tp] = ErrorCode.offset_metadata_too_large
                 continue
-            group.offsets[tp] = OffsetAndMetadata(
+            stored[tp] = OffsetAndMetadata(
                 offset=om.offset,
                 leader_epoch=om.leader_epoch,
                 metadata=metadata,
                 commit_timestamp_ms=now,
                 expire_timestamp_ms=expire,
             )
-            errors[tp] = ErrorCode.none
+        if self._store is not None and stored:
+            try:
+                self._store.write_offsets(
+                    group.group_id,
+                    {(tp.topic, tp.partition): encode_offset(om) for tp, om in stored.items()},
+                )
+            except Exception as exc:  # the store refused: nothing is acknowledged
+                log.warning("offset commit not stored", group=group.group_id, reason=str(exc))
+                return {**errors, **dict.fromkeys(stored, ErrorCode.coordinator_not_available)}
+        group.offsets.update(stored)
+        errors.update(dict.fromkeys(stored, ErrorCode.none))
         return errors
 
     def get_offsets(
-        self, group: GroupMetadata | None, partitions: Sequence[TopicPartition] | None
+        self,
+        group_id: str,
+        group: GroupMetadata | None,
+        partitions: Sequence[TopicPartition] | None,
     ) -> OffsetFetchResult:
         """The committed offsets of ``partitions`` (None: every committed partition) of
-        ``group`` (None: unknown); partitions without one answer offset -1."""
+        group ``group_id`` (``group`` None: not known in memory here); partitions without
+        one answer offset -1."""
         result: dict[TopicPartition, OffsetFetchPartition] = {}
         if group is None:
-            stored: dict[TopicPartition, OffsetAndMetadata] = {}
+            stored: dict[TopicPartition, OffsetAndMetadata] = (
+                read_group_offsets(self._store, group_id) if self._store is not None else {}
+            )
         else:
             with group.lock:
+                if self._store is not None and not group.is_(GroupState.DEAD):
+                    group.offsets = read_group_offsets(self._store, group.group_id)
                 stored = {} if group.is_(GroupState.DEAD) else dict(group.offsets)
         wanted = sorted(stored) if partitions is None else partitions
         for tp in wanted:
@@ -151,14 +234,34 @@ class OffsetManager:
     ) -> dict[TopicPartition, ErrorCode]:
         """Delete the committed offsets of ``partitions``."""
         errors: dict[TopicPartition, ErrorCode] = {}
-        for tp in partitions:
+        doomed = list(partitions)
+        if self._store is not None:
+            self._store.delete_offsets(group.group_id, doomed)
+        for tp in doomed:
             group.offsets.pop(tp, None)
             errors[tp] = ErrorCode.none
         return errors
 
     def delete_all_offsets(self, group: GroupMetadata) -> None:
         """Delete every committed offset of ``group`` (the group is being deleted)."""
+        if self._store is not None:
+            self._store.delete_group_offsets(group.group_id)
         group.offsets.clear()
+
+    def load_groups(self, create: Callable[[str], GroupMetadata | None]) -> int:
+        """At start-up: every group with stored offsets, created Empty by ``create`` with
+        its offsets (members rejoin, as after a coordinator move in Kafka). Returns how
+        many."""
+        if self._store is None:
+            return 0
+        ids = self._store.groups_with_offsets()
+        for group_id in ids:
+            group = create(group_id)
+            if group is None:
+                continue
+            with group.lock:
+                group.offsets = read_group_offsets(self._store, group_id)
+        return len(ids)
 
     def expire_offsets(self, now: int | None = None) -> int:
         """Drop offsets past offsets.retention.ms (Kafka's rules, KIP-211); groups left Empty
@@ -169,6 +272,8 @@ class OffsetManager:
         for group in self._groups():
             with group.lock:
                 expired = self._expired_offsets(group, current, retention)
+                if expired and self._store is not None:
+                    self._store.delete_offsets(group.group_id, self._still_stored(group, expired))
                 for tp in expired:
                     del group.offsets[tp]
                 expired_total += len(expired)
@@ -182,6 +287,15 @@ class OffsetManager:
                     self._remove_group(group)
                     log.info("removed empty group with no offsets", group=group.group_id)
         return expired_total
+
+    def _still_stored(
+        self, group: GroupMetadata, expired: list[TopicPartition]
+    ) -> list[TopicPartition]:
+        """Of ``expired``, those the store holds as this broker knows them (another
+        coordinator may have stored a newer commit since)."""
+        assert self._store is not None
+        stored = read_group_offsets(self._store, group.group_id)
+        return [tp for tp in expired if stored.get(tp) in (None, group.offsets.get(tp))]
 
     @staticmethod
     def _expired_offsets(group: GroupMetadata, now: int, retention: int) -> list[TopicPartition]:

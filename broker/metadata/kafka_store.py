@@ -7,8 +7,10 @@ import contextlib
 import json
 import time
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, unquote
 
 from broker.config.endpoint import EndPoint, SecurityProtocol
 from broker.metadata.store import (
@@ -135,6 +137,15 @@ def _config_json(configs: dict[str, str]) -> bytes:
 def _encode_uuid(value: uuid.UUID) -> str:
     """Kafka writes topic ids in URL-safe base64 without padding."""
     return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
+def _group_node(group_id: str) -> str:
+    """A group id as one znode name (any character may appear in a group id)."""
+    return quote(group_id, safe="")
+
+
+def _offset_path(group_id: str, topic: str, partition: int) -> str:
+    return f"/consumers/{_group_node(group_id)}/offsets/{topic}/{partition}"
 
 
 def _decode_uuid(text: str) -> uuid.UUID:
@@ -281,6 +292,49 @@ class KafkaMetadataClient:
         """Names under ``/config/<type>``."""
         try:
             return sorted(self.store.get_children(f"/config/{entity_type}"))
+        except NoNodeError:
+            return []
+
+    # committed offsets -----------------------------------------------------------------
+    # Kafka's ZooKeeper offset storage layout: /consumers/<group>/offsets/<topic>/<partition>.
+    def write_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], bytes]) -> None:
+        """Store a group's committed offsets (one durable write for them all)."""
+        with self.store.batch():
+            for (topic, partition), data in offsets.items():
+                self.store.set_or_create(_offset_path(group_id, topic, partition), data)
+
+    def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> None:
+        """Remove committed offsets of a group (gone ones are ignored)."""
+        with self.store.batch():
+            for topic, partition in partitions:
+                with contextlib.suppress(NoNodeError):
+                    self.store.delete(_offset_path(group_id, topic, partition))
+
+    def delete_group_offsets(self, group_id: str) -> None:
+        """Remove every committed offset of a group, and the group's node."""
+        with contextlib.suppress(NoNodeError):
+            self.store.delete(f"/consumers/{_group_node(group_id)}", recursive=True)
+
+    def read_offsets(self, group_id: str) -> dict[tuple[str, int], bytes]:
+        """A group's committed offsets as stored."""
+        out: dict[tuple[str, int], bytes] = {}
+        base = f"/consumers/{_group_node(group_id)}/offsets"
+        try:
+            topics = self.store.get_children(base)
+        except NoNodeError:
+            return out
+        for topic in topics:
+            with contextlib.suppress(NoNodeError):
+                for partition in self.store.get_children(f"{base}/{topic}"):
+                    with contextlib.suppress(NoNodeError, ValueError):
+                        data = self.store.get(f"{base}/{topic}/{partition}")[0]
+                        out[(topic, int(partition))] = data
+        return out
+
+    def groups_with_offsets(self) -> list[str]:
+        """Groups that have a node under ``/consumers``."""
+        try:
+            return sorted(unquote(name) for name in self.store.get_children("/consumers"))
         except NoNodeError:
             return []
 

@@ -200,6 +200,7 @@ class KafkaServer:
             ),
             self.timer,
             self._partition_exists,
+            self.client,
         )
         self.lifecycle.on_shutdown("stop group coordinator", self.group_coordinator.shutdown)
 

@@ -51,7 +51,8 @@ class KafkaScheduler:
             try:
                 task()
             except Exception as exc:  # a background task must not end the thread
-                log.warning("background task failed", task=name, reason=f"{type(exc).__name__}: {exc}")
+                reason = f"{type(exc).__name__}: {exc}"
+                log.warning("background task failed", task=name, reason=reason)
             if period is not None:
                 self.schedule(name, task, period, period)
 
