@@ -5,6 +5,7 @@ acknowledged with, and the next produce continuing after it."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,101 @@ def test_committed_offsets_survive_a_restart_and_name_the_same_records(
         following = [m.value() for m in resumed.consume(num_messages=1, timeout=1.0)]
     resumed.close()
     assert following[0] == b"v%d" % (40 * PARTITIONS), "the committed offset names the same record"
+
+
+def test_a_cut_and_damaged_tail_is_recovered_to_the_last_valid_batch(
+    broker_process, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    from testing.plugin import free_port, wait_for_port
+
+    log_dir = tmp_path / "data"
+    port = free_port()
+    first = _serve(broker_process, log_dir, port)
+    wait_for_port("127.0.0.1", port)
+    delivered = _produce(first.bootstrap, 600, "all", **{"batch.num.messages": 20})
+    first.kill()
+    from protocol.records import read_partial_batches
+
+    segment = log_dir / f"{TOPIC}-0" / f"{0:020d}.log"
+    size = segment.stat().st_size
+    batches = read_partial_batches(segment.read_bytes())
+    assert len(batches) >= 3
+    damaged = batches[len(batches) // 2]
+    with open(segment, "r+b") as fh:
+        fh.truncate(size - 5)  # the last batch cut mid-way
+        fh.seek(damaged.position + damaged.size - 3)
+        fh.write(b"\xff\xff\xff")  # and bytes flipped in a batch in the middle
+    second = _serve(broker_process, log_dir, port)
+    wait_for_port("127.0.0.1", port)
+    recovered = [
+        json.loads(line)
+        for line in second.log_text().splitlines()
+        if line.startswith("{") and "log recovered" in line
+    ]
+    assert len(recovered) == 1
+    assert recovered[0]["bytes_dropped"] == size - 5 - damaged.position
+    assert recovered[0]["level"] == "warning"
+    counts = {p: len(o) for p, o in delivered.items()}
+    got = read_from_beginning(second.bootstrap, "r", TOPIC, {0: 1, 1: counts[1], 2: counts[2]},
+                              batch=1000, timeout=60)
+    kept = [m.offset() for m in got[0]]
+    assert kept == list(range(damaged.base_offset))
+    assert [m.offset() for m in got[1]] == delivered[1]
+    more = _produce(second.bootstrap, 3, "all", start=600)
+    assert more[0] == [len(kept)], "produce continues after the last valid batch"
+
+
+def test_retention_by_size_and_time_moves_the_log_start_a_consumer_sees(
+    broker_process, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CkTopicPartition
+
+    server = _serve(
+        broker_process, tmp_path / "data", None, "log.retention.check.interval.ms=200",
+        "log.segment.delete.delay.ms=0",
+    )
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    topics = [
+        NewTopic("by-size", 1, 1, config={"segment.bytes": "2000", "retention.bytes": "6000"}),
+        NewTopic("by-time", 1, 1, config={"segment.bytes": "2000", "retention.ms": "1500"}),
+    ]
+    for future in admin.create_topics(topics).values():
+        future.result(timeout=30)
+    for topic in ("by-size", "by-time"):
+        producer = Producer(
+            {"bootstrap.servers": server.bootstrap, "linger.ms": 0, "batch.num.messages": 1}
+        )
+        for i in range(200):
+            producer.produce(topic, value=b"r%03d" % i + b"." * 100)
+            producer.poll(0)
+        assert producer.flush(30) == 0
+    consumer = Consumer(
+        {"bootstrap.servers": server.bootstrap, "group.id": "ret", "auto.offset.reset": "earliest"}
+    )
+    for topic, floor in (("by-size", 100), ("by-time", 200)):
+        deadline = time.monotonic() + 60
+        low = 0
+        while time.monotonic() < deadline:
+            low, high = consumer.get_watermark_offsets(CkTopicPartition(topic, 0), timeout=10)
+            if low >= floor:
+                break
+            time.sleep(0.2)
+        assert low >= floor, (topic, low)
+        assert high == 200
+        if topic == "by-time":  # every record expired: the log starts at its end
+            producer.produce(topic, value=b"late")
+            assert producer.flush(30) == 0
+        segments = sorted((tmp_path / "data" / f"{topic}-0").glob("*.log"))
+        assert int(segments[0].stem) == low, "whole segments go; the first left starts the log"
+        consumer.assign([CkTopicPartition(topic, 0, 0)])  # below the start: reset to earliest
+        first = None
+        deadline = time.monotonic() + 30
+        while first is None and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=1, timeout=1.0):
+                if msg.error() is None:
+                    first = msg.offset()
+        assert first == low
+    consumer.close()
