@@ -5,7 +5,12 @@
 Appends go to the active (last) segment, which rolls on size, age or a full index. Reads take
 one byte range of one segment. The segment list is replaced, never changed in place, so
 readers work on a consistent copy without a lock; a removed segment's file stays open until
-``file.delete.delay.ms`` has passed, so a read already under way finishes.
+``file.delete.delay.ms`` has passed, so a read already under way finishes. Rolls, retention
+and the log cleaner's swap (:meth:`FileLog.replace_segments`) change the list under one lock.
+
+A cleaning cut short by a stop is settled on load as Kafka's LogLoader does: ``*.cleaned``
+files are deleted, a ``*.swap`` segment is completed (the segments it covers removed, its
+files renamed to their final names), ``*.deleted`` files are removed.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import bisect
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,13 +34,22 @@ from broker.log.producer_state import (
     load_latest_snapshot,
     write_snapshot,
 )
-from broker.log.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment
+from broker.log.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+)
 from protocol.fetch_response import Piece
 from protocol.records import BatchHeader, Record, iter_records, served_prefix
 
 log = structlog.get_logger(__name__)
 
-LEFTOVER_SUFFIXES = (".cleaned", ".swap", ".tmp")
+LEFTOVER_SUFFIXES = (".tmp",)
+SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")
 Retire = Callable[[LogSegment, int], None]
 """Close and remove a segment's renamed files after a delay in ms (the LogManager's)."""
 OnRoll = Callable[["FileLog", int], None]
@@ -74,6 +89,7 @@ class FileLog(Log):
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
         self.producer_state = ProducerStateManager()
+        self._segments_lock = threading.RLock()
         self._load(clean)
 
     # loading -------------------------------------------------------------------------
@@ -91,6 +107,7 @@ class FileLog(Log):
 
     def _load(self, clean: bool) -> None:
         settings = self._settings()
+        self._complete_swaps(settings)
         bases = []
         for path in self.directory.iterdir():
             if path.name.endswith(DELETED_SUFFIX) or path.suffix in LEFTOVER_SUFFIXES:
@@ -137,6 +154,71 @@ class FileLog(Log):
         self.leader_epochs.truncate_from_end(self._end)
         self.recovery_point = self._end
 
+    def _complete_swaps(self, settings: LogSettings) -> None:
+        """Settle a cleaning cut short by a stop (Kafka's LogLoader): ``.deleted`` and
+        ``.cleaned`` files go; a ``.swap`` segment replaces the segments whose base offsets
+        fall in the offsets it holds, then loses its suffix. A ``.swap`` at or above the
+        lowest ``.cleaned`` offset is deleted too (KAFKA-6264: part of an unfinished step)."""
+        swaps: list[Path] = []
+        cleaned: list[Path] = []
+        min_cleaned = None
+        for path in self.directory.iterdir():
+            name = path.name
+            if name.endswith(DELETED_SUFFIX):
+                path.unlink(missing_ok=True)
+            elif name.endswith(CLEANED_SUFFIX):
+                cleaned.append(path)
+                offset = _offset_of(path)
+                if offset is not None:
+                    min_cleaned = offset if min_cleaned is None else min(min_cleaned, offset)
+            elif name.endswith(SWAP_SUFFIX):
+                swaps.append(path)
+        valid = []
+        for path in swaps:
+            offset = _offset_of(path)
+            if offset is None or (min_cleaned is not None and offset >= min_cleaned):
+                path.unlink(missing_ok=True)
+            else:
+                valid.append(path)
+        for path in cleaned:
+            path.unlink(missing_ok=True)
+        low = high = None
+        for path in valid:
+            if not path.name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+                continue
+            base = _offset_of(path)
+            assert base is not None
+            segment = LogSegment(
+                self.directory,
+                base,
+                index_interval_bytes=settings.index_interval_bytes,
+                max_index_bytes=settings.segment_index_bytes,
+                created_ms=_now_ms(),
+                suffix=SWAP_SUFFIX,
+            )
+            next_offset = base
+            for header in segment.batches():
+                next_offset = header.next_offset
+            segment.close()
+            low = base if low is None else min(low, base)
+            high = next_offset if high is None else max(high, next_offset)
+            log.info(
+                "completing a log cleaner swap cut short by a stop",
+                log_dir=str(self.directory),
+                segment=path.name,
+            )
+        if low is not None and high is not None:
+            for path in self.directory.iterdir():
+                offset = _offset_of(path)
+                if (
+                    offset is not None
+                    and path.suffix in SEGMENT_FILE_SUFFIXES
+                    and low <= offset < high
+                ):
+                    path.unlink(missing_ok=True)
+        for path in valid:
+            os.replace(path, path.with_name(path.name[: -len(SWAP_SUFFIX)]))
+
     def _load_producer_state(self) -> int | None:
         """Load the newest readable snapshot; its offset, or None (replay from the start)."""
         found = load_latest_snapshot(self.directory)
@@ -168,6 +250,16 @@ class FileLog(Log):
     def size_bytes(self) -> int:
         return sum(s.size for s in self._segments)
 
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The segments, oldest first, the last one active (a snapshot: do not modify)."""
+        return self._segments
+
+    @property
+    def settings(self) -> LogSettings:
+        """The topic's current log settings."""
+        return self._settings()
+
     def append(self, buffer: bytes, batches: list[BatchHeader]) -> None:
         settings = self._settings()
         size = sum(b.size for b in batches)
@@ -192,9 +284,10 @@ class FileLog(Log):
     def _roll(self, settings: LogSettings) -> LogSegment:
         """Start a new active segment at the log end; snapshot the producer state there
         (as Kafka does), so a restart replays at most the new segment."""
-        segment = self._segment(self._end, settings)
-        self._segments = [*self._segments, segment]
-        self._bases = [*self._bases, segment.base_offset]
+        with self._segments_lock:
+            segment = self._segment(self._end, settings)
+            self._segments = [*self._segments, segment]
+            self._bases = [*self._bases, segment.base_offset]
         write_snapshot(self.directory, self._end, self.producer_state)
         delete_snapshots(self.directory, below=self._start)
         if self._on_roll is not None:
@@ -204,6 +297,10 @@ class FileLog(Log):
     def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> list[Piece]:
         segments, bases = self._segments, self._bases
         i = max(bisect.bisect_right(bases, offset) - 1, 0)
+        # The two lists are replaced one after the other: when the bases read are not the
+        # segments', step back (scanning forward from an earlier segment finds the batch).
+        while i > 0 and (i >= len(segments) or segments[i].base_offset > offset):
+            i -= 1
         for segment in segments[i:]:
             limit = segment.size
             batch = segment.find(offset, limit)
@@ -297,21 +394,58 @@ class FileLog(Log):
     ) -> int:
         """Remove the oldest segments while ``deletable(segment, next)`` holds; the active
         segment (whose next is None) always stays."""
-        segments = self._segments
-        count = 0
-        while count < len(segments) - 1 and deletable(segments[count], segments[count + 1]):
-            count += 1
-        if not count:
-            return 0
-        gone, self._segments = segments[:count], segments[count:]
-        self._bases = self._bases[count:]
-        self._start = max(self._start, self._segments[0].base_offset)
-        delay = self._settings().file_delete_delay_ms
-        for segment in gone:
-            segment.mark_deleted()
-            self._retire(segment, delay)
+        with self._segments_lock:
+            segments = self._segments
+            count = 0
+            while count < len(segments) - 1 and deletable(segments[count], segments[count + 1]):
+                count += 1
+            if not count:
+                return 0
+            gone = segments[:count]
+            self._bases = self._bases[count:]
+            self._segments = segments[count:]
+            self._start = max(self._start, self._segments[0].base_offset)
+            delay = self._settings().file_delete_delay_ms
+            for segment in gone:
+                segment.mark_deleted()
+                self._retire(segment, delay)
         delete_snapshots(self.directory, below=self._start)
         return count
+
+    # compaction -----------------------------------------------------------------------------
+    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> bool:
+        """Swap ``cleaned`` (its files suffixed ``.cleaned``, flushed, base offset that of
+        ``old[0]``) in for ``old``, consecutive segments below the active one, as Kafka's
+        replaceSegments does: ``.cleaned`` -> ``.swap``, the list replaced, the old segments
+        renamed ``*.deleted`` and retired (reads under way finish), ``.swap`` -> the final
+        names. False, and nothing changed, when ``old`` is no longer in the log as given
+        (retention or a new log start offset took some of it meanwhile)."""
+        with self._segments_lock:
+            segments = self._segments
+            try:
+                start = next(i for i, s in enumerate(segments) if s is old[0])
+            except (StopIteration, IndexError):
+                return False
+            end = start + len(old)
+            if end >= len(segments) or any(
+                a is not b for a, b in zip(segments[start:end], old, strict=True)
+            ):
+                return False
+            if cleaned.base_offset != old[0].base_offset:
+                raise ValueError(
+                    f"cleaned segment {cleaned.base_offset} does not start at {old[0].base_offset}"
+                )
+            cleaned.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+            replaced = [*segments[:start], cleaned, *segments[end:]]
+            self._bases = [s.base_offset for s in replaced]  # before the segments: see read
+            self._segments = replaced
+            delay = self._settings().file_delete_delay_ms
+            for segment in old:
+                segment.mark_deleted()
+                self._retire(segment, delay)
+            cleaned.change_file_suffixes(SWAP_SUFFIX, "")
+            _fsync_dir(self.directory)
+        return True
 
     # flush and close -----------------------------------------------------------------------
     def flush(self, up_to: int | None = None) -> None:
@@ -342,6 +476,21 @@ class FileLog(Log):
         segment.close()
         for path in segment.files():
             path.unlink(missing_ok=True)
+
+
+def _offset_of(path: Path) -> int | None:
+    """The offset a segment or snapshot file is named for, or None."""
+    stem = path.name.split(".", 1)[0]
+    return int(stem) if stem.isdigit() else None
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make renames in ``directory`` durable (Kafka's Utils.flushDir)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _largest_timestamp(segment: LogSegment) -> int:

@@ -4,6 +4,9 @@ With ``kplane.log.storage=file`` (the default) each ``log.dirs`` entry is locked
 ``meta.properties``, and holds one directory per partition; start-up loads them (recovering
 the ones written after the last flush when the broker did not stop cleanly), and background
 tasks apply retention, flush, and write the recovery-point and log-start-offset checkpoints.
+With ``log.cleaner.enable`` the LogCleaner (``broker/log/log_cleaner.py``) compacts the logs
+whose cleanup policy contains compact (and applies their retention); each log's first dirty
+offset is kept in its dir's ``cleaner-offset-checkpoint``.
 With ``memory`` the logs live in memory and are gone at exit.
 """
 
@@ -22,10 +25,12 @@ import structlog
 from broker.config.errors import ConfigException
 from broker.log.file_log import FileLog
 from broker.log.log import Log, MemoryLog
+from broker.log.log_cleaner import CleanerConfig, LogCleaner
 from broker.log.log_config import LogSettings
 from broker.log.log_dir import InconsistentLogDirError, LogDir, LogDirLockedError
 from broker.log.partition import Partition, TopicPartition
 from broker.log.segment import LogSegment
+from broker.metrics.registry import BrokerMetrics
 from broker.utils.scheduler import KafkaScheduler
 
 log = structlog.get_logger(__name__)
@@ -63,6 +68,11 @@ class LogManager:
         self._lock = threading.Lock()
         self.log_dirs = [LogDir(Path(d)) for d in self.config.log_dirs]
         self._scheduler: KafkaScheduler | None = None
+        self.cleaner: LogCleaner | None = None
+        self._cleaner_offsets: dict[int, dict[tuple[str, int], int]] = {
+            id(d): {} for d in self.log_dirs
+        }
+        self._cleaner_offsets_lock = threading.Lock()
 
     @property
     def files(self) -> bool:
@@ -90,8 +100,11 @@ class LogManager:
             except InconsistentLogDirError as exc:
                 raise ConfigException(str(exc), name="log.dirs") from None
 
-    def startup(self) -> None:
-        """Load the logs on disk and start the background tasks."""
+    def startup(
+        self, cleaner: CleanerConfig | None = None, metrics: BrokerMetrics | None = None
+    ) -> None:
+        """Load the logs on disk and start the background tasks, and the log cleaner when
+        ``cleaner`` enables it."""
         if not self.files:
             return
         started = time.monotonic()
@@ -124,11 +137,15 @@ class LogManager:
                 "kafka-log-start-offset-checkpoint", self.checkpoint_log_start_offsets,
                 c.log_start_checkpoint_interval_ms, c.log_start_checkpoint_interval_ms,
             )
+        if cleaner is not None and cleaner.enable:
+            self.cleaner = LogCleaner(cleaner, self, metrics)
+            self.cleaner.startup()
 
     def _load_dir(self, log_dir: LogDir) -> None:
         clean = log_dir.had_clean_shutdown()
         recovery_points = log_dir.recovery_points.read()
         log_starts = log_dir.log_start_offsets.read()
+        self._cleaner_offsets[id(log_dir)] = dict(log_dir.cleaner_offsets.read())
         for path in log_dir.path.iterdir():
             if path.is_dir() and path.name.endswith(DELETE_SUFFIX):
                 shutil.rmtree(path, ignore_errors=True)  # a deletion cut short by a stop
@@ -159,6 +176,9 @@ class LogManager:
         """A clean stop: background tasks stopped, every log flushed and closed, the
         checkpoints written, then the clean-shutdown marker that lets the next start skip
         recovery."""
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
+            self.cleaner = None
         if self._scheduler is not None:
             self._scheduler.shutdown()
             self._scheduler = None
@@ -212,7 +232,14 @@ class LogManager:
             log_dir = self._dirs_of.pop(tp, None)
         if partition is None:
             return False
+        cleaner = self.cleaner
+        if cleaner is not None:
+            cleaner.abort_and_pause(tp)
         partition.close()
+        if log_dir is not None and self._forget_cleaner_offset(tp, log_dir):
+            self._write_cleaner_offsets(log_dir)
+        if cleaner is not None:
+            cleaner.resume(tp)
         if isinstance(partition.log, FileLog) and log_dir is not None:
             doomed = log_dir.path / f"{tp}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
             partition.log.directory.rename(doomed)
@@ -260,6 +287,8 @@ class LogManager:
         now = time.time_ns() // 1_000_000
         deleted = 0
         for tp, file_log, _ in self._file_logs():
+            if self.cleaner is not None and file_log.settings.compact:
+                continue  # the cleaner threads apply a compacted log's retention (Kafka's way)
             try:
                 deleted += file_log.delete_old_segments(now)
             except OSError as exc:
@@ -292,3 +321,35 @@ class LogManager:
         for log_dir in self.log_dirs:
             log_dir.log_start_offsets.write(starts[id(log_dir)])
 
+    # the log cleaner's checkpoint ----------------------------------------------------------
+    def compacted_logs(self) -> list[tuple[TopicPartition, FileLog]]:
+        """The file logs whose topic's cleanup policy contains compact."""
+        return [(tp, f) for tp, f, _ in self._file_logs() if f.settings.compact]
+
+    def cleaner_offsets(self) -> dict[TopicPartition, int]:
+        """Every log's first dirty offset, as in the ``cleaner-offset-checkpoint`` files."""
+        with self._cleaner_offsets_lock:
+            return {
+                TopicPartition(topic, partition): offset
+                for entries in self._cleaner_offsets.values()
+                for (topic, partition), offset in entries.items()
+            }
+
+    def update_cleaner_offset(self, tp: TopicPartition, offset: int) -> None:
+        """Write ``tp``'s first dirty offset to its log dir's ``cleaner-offset-checkpoint``
+        (after the cleaner cleaned it up to there)."""
+        log_dir = self._dirs_of.get(tp)
+        if log_dir is None:
+            return
+        with self._cleaner_offsets_lock:
+            self._cleaner_offsets.setdefault(id(log_dir), {})[(tp.topic, tp.partition)] = offset
+        self._write_cleaner_offsets(log_dir)
+
+    def _forget_cleaner_offset(self, tp: TopicPartition, log_dir: LogDir) -> bool:
+        with self._cleaner_offsets_lock:
+            entries = self._cleaner_offsets.get(id(log_dir), {})
+            return entries.pop((tp.topic, tp.partition), None) is not None
+
+    def _write_cleaner_offsets(self, log_dir: LogDir) -> None:
+        with self._cleaner_offsets_lock:
+            log_dir.cleaner_offsets.write(dict(self._cleaner_offsets.get(id(log_dir), {})))

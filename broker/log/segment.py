@@ -26,6 +26,10 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+"""A segment the log cleaner is writing (deleted on load: the cleaning was cut short)."""
+SWAP_SUFFIX = ".swap"
+"""A cleaned segment about to replace its originals (completed on load)."""
 _PEEK = struct.Struct(">qi")  # baseOffset, batchLength
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_POS = 23
@@ -62,17 +66,20 @@ class LogSegment:
         index_interval_bytes: int,
         max_index_bytes: int,
         created_ms: int,
+        suffix: str = "",
     ) -> None:
+        """``suffix`` follows each file's name (``.cleaned``, ``.swap``: Kafka's files of a
+        cleaning under way); :meth:`change_file_suffixes` renames them later."""
         self.base_offset = base_offset
         stem = segment_name(base_offset)
-        self.log_path = directory / f"{stem}{LOG_SUFFIX}"
+        self.log_path = directory / f"{stem}{LOG_SUFFIX}{suffix}"
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self._fd).st_size
         self.offset_index = OffsetIndex(
-            directory / f"{stem}{INDEX_SUFFIX}", base_offset, max_index_bytes
+            directory / f"{stem}{INDEX_SUFFIX}{suffix}", base_offset, max_index_bytes
         )
         self.time_index = TimeIndex(
-            directory / f"{stem}{TIME_INDEX_SUFFIX}", base_offset, max_index_bytes
+            directory / f"{stem}{TIME_INDEX_SUFFIX}{suffix}", base_offset, max_index_bytes
         )
         for index in (self.offset_index, self.time_index):
             index.path.touch()  # Kafka creates both with the segment
@@ -267,6 +274,48 @@ class LogSegment:
 
     def files(self) -> list[Path]:
         return [self.log_path, self.offset_index.path, self.time_index.path]
+
+    def change_file_suffixes(self, old: str, new: str) -> None:
+        """Rename the segment's files from ``<name><old>`` to ``<name><new>`` (Kafka's
+        changeFileSuffixes: ``.cleaned`` -> ``.swap`` -> final); open descriptors stay valid."""
+        for holder, attribute in (
+            (self, "log_path"), (self.offset_index, "path"), (self.time_index, "path")
+        ):
+            path: Path = getattr(holder, attribute)
+            if not path.name.endswith(old):
+                raise ValueError(f"{path.name} does not end with {old!r}")
+            target = path.with_name(path.name[: len(path.name) - len(old)] + new)
+            if path.exists():
+                os.replace(path, target)
+            setattr(holder, attribute, target)
+
+    def index_sizes(self) -> tuple[int, int]:
+        """Bytes of the offset index and of the time index (as the cleaner groups segments)."""
+        sizes = []
+        for path in (self.offset_index.path, self.time_index.path):
+            try:
+                sizes.append(path.stat().st_size)
+            except FileNotFoundError:
+                sizes.append(0)
+        return sizes[0], sizes[1]
+
+    @property
+    def last_modified_ms(self) -> int:
+        """The log file's modification time in ms (Kafka's segment lastModified)."""
+        try:
+            return os.stat(self.log_path).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            return 0
+
+    def set_last_modified_ms(self, ms: int) -> None:
+        """Set the log file's modification time (a cleaned segment keeps its originals')."""
+        os.utime(self.log_path, ns=(ms * 1_000_000, ms * 1_000_000))
+
+    @property
+    def largest_timestamp(self) -> int:
+        """The newest record timestamp, else the file's modification time (Kafka's
+        largestTimestamp, used by retention and the compaction lag)."""
+        return self.max_timestamp if self.max_timestamp >= 0 else self.last_modified_ms
 
     def mark_deleted(self) -> list[Path]:
         """Rename the segment's files to ``*.deleted`` (Kafka's step before removal); the

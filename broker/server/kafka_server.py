@@ -17,6 +17,7 @@ from broker.controller.channel_manager import ControllerChannelManager
 from broker.controller.controller import KafkaController
 from broker.group.coordinator import GroupConfig, GroupCoordinator
 from broker.group.placement import coordinator_for
+from broker.log.log_cleaner import CleanerConfig
 from broker.log.log_config import LogConfigs
 from broker.log.log_manager import LogManager, LogManagerConfig
 from broker.metadata.cache import MetadataCache
@@ -174,7 +175,7 @@ class KafkaServer:
         self.timer = SystemTimer()
         self.lifecycle.on_shutdown("stop timer", self.timer.shutdown)
         self.log_configs = LogConfigs(self.client, lambda: self.config)
-        self.log_manager.startup()
+        self.log_manager.startup(CleanerConfig.from_config(config), self.metrics)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", self.timer)
         self.replica_manager = ReplicaManager(
             self.broker_id,
@@ -372,6 +373,8 @@ class KafkaServer:
         dynamic.add_reconfigurable(
             DynamicListenerSecurity(self.socket_server, self.tls, self.sasl_listeners, proposed)
         )
+        if self.log_manager.cleaner is not None:  # log.cleaner.threads and its siblings
+            dynamic.add_reconfigurable(self.log_manager.cleaner)
 
     def _await_own_metadata(self) -> None:
         """Wait (bounded) for the controller's first UpdateMetadata to name this broker, so

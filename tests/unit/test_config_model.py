@@ -214,7 +214,7 @@ def test_every_default_parses_and_validates() -> None:
 def test_not_yet_honoured_names_are_configs() -> None:
     assert CONFIGS["password.encoder.secret"].honoured
     assert CONFIGS["alter.config.policy.class.name"].honoured
-    assert not CONFIGS["log.cleaner.threads"].honoured
+    assert not CONFIGS["log.preallocate"].honoured
 
 
 # --- synonyms ----------------------------------------------------------------------------
