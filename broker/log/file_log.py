@@ -89,7 +89,7 @@ class FileLog(Log):
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
         self.producer_state = ProducerStateManager()
-        self._segments_lock = threading.RLock()
+        self.lock = threading.RLock()  # the Log's lock, see Log.lock
         self._load(clean)
 
     # loading -------------------------------------------------------------------------
@@ -284,7 +284,7 @@ class FileLog(Log):
     def _roll(self, settings: LogSettings) -> LogSegment:
         """Start a new active segment at the log end; snapshot the producer state there
         (as Kafka does), so a restart replays at most the new segment."""
-        with self._segments_lock:
+        with self.lock:
             segment = self._segment(self._end, settings)
             self._segments = [*self._segments, segment]
             self._bases = [*self._bases, segment.base_offset]
@@ -360,6 +360,10 @@ class FileLog(Log):
         """Kafka's retention: with ``cleanup.policy`` delete, segments past ``retention.ms``
         (by their largest timestamp) and the oldest beyond ``retention.bytes``; always those
         wholly below the log start offset. Returns how many went."""
+        with self.lock:  # it may roll: no append in between
+            return self._delete_old_segments(now_ms)
+
+    def _delete_old_segments(self, now_ms: int | None) -> int:
         settings = self._settings()
         now = _now_ms() if now_ms is None else now_ms
         deleted = self._delete_segments(
@@ -394,7 +398,7 @@ class FileLog(Log):
     ) -> int:
         """Remove the oldest segments while ``deletable(segment, next)`` holds; the active
         segment (whose next is None) always stays."""
-        with self._segments_lock:
+        with self.lock:
             segments = self._segments
             count = 0
             while count < len(segments) - 1 and deletable(segments[count], segments[count + 1]):
@@ -420,7 +424,7 @@ class FileLog(Log):
         renamed ``*.deleted`` and retired (reads under way finish), ``.swap`` -> the final
         names. False, and nothing changed, when ``old`` is no longer in the log as given
         (retention or a new log start offset took some of it meanwhile)."""
-        with self._segments_lock:
+        with self.lock:
             segments = self._segments
             try:
                 start = next(i for i, s in enumerate(segments) if s is old[0])

@@ -33,6 +33,9 @@ class Log(ABC):
     state its batches built."""
 
     producer_state: ProducerStateManager
+    lock: threading.RLock
+    """Serializes appends (and the producer state they update) with whatever else changes
+    the log: rolls, retention, the cleaner's swaps. The Partition appends under it."""
 
     @property
     @abstractmethod
@@ -88,6 +91,7 @@ class MemoryLog(Log):
 
     def __init__(self, start_offset: int = 0) -> None:
         self.producer_state = ProducerStateManager()
+        self.lock = threading.RLock()
         self._start = start_offset
         self._end = start_offset
         self._buffers: list[bytes] = []
@@ -97,7 +101,6 @@ class MemoryLog(Log):
         self._lasts = array("q")
         self._max_ts = array("q")
         self._size = 0
-        self._lock = threading.Lock()
 
     @property
     def log_start_offset(self) -> int:
@@ -112,7 +115,7 @@ class MemoryLog(Log):
         return self._size
 
     def append(self, buffer: bytes, batches: list[BatchHeader]) -> None:
-        with self._lock:
+        with self.lock:
             for b in batches:
                 self._buffers.append(buffer)
                 self._prefixes.append(served_prefix(b))

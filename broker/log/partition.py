@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 from broker.log.log import Log, LogAppendInfo
@@ -30,7 +29,7 @@ class Partition:
         self.leader_epoch = leader_epoch
         self.leader_id = -1  # set by the ReplicaManager from the controller's decisions
         self.partition_epoch = -1
-        self._lock = threading.Lock()
+        self._lock = log.lock
 
     @property
     def producer_state(self) -> ProducerStateManager:
