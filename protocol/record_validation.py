@@ -44,6 +44,8 @@ class ValidationPolicy:
     """``message.timestamp.type`` is LogAppendTime (else CreateTime)."""
     timestamp_difference_max_ms: int = NO_TIMESTAMP_LIMIT
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
+    compacted_partition: str | None = None
+    """The topic-partition when its ``cleanup.policy`` contains compact: records need keys."""
 
 
 def validate_batches(
@@ -61,7 +63,13 @@ def validate_batches(
         _check_batch_fields(batch, policy)
         records, start, end = _records(buffer, batch, policy)
         check = _timestamp_check(batch, policy, now_ms)
-        timestamp_errors = walk_records(records, start, end, batch.record_count, check)
+        keyless = (
+            f"Compacted topic cannot accept message without key in topic partition "
+            f"{policy.compacted_partition}."
+            if policy.compacted_partition is not None
+            else None
+        )
+        timestamp_errors = walk_records(records, start, end, batch.record_count, check, keyless)
         if timestamp_errors:
             raise InvalidRecordError(
                 ErrorCode.invalid_timestamp,

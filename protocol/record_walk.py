@@ -31,6 +31,7 @@ __all__ = ("walk_records",)
 
 _HIGH_BIT = bytes(b & 0x80 for b in range(256))
 _FIRST_WINDOW = 16
+_NULL_LENGTH = 1  # the varint of -1: a null key
 _MIN_BODY = 6  # attributes, and one byte each for the five varints after it
 _OFFSET_DELTA_LIMITS = (0, 64, 8192, 1 << 20)  # zigzag(i) = 2i needs u bytes for i < 2**(7u-1)
 
@@ -266,14 +267,21 @@ TimestampCheck = Callable[[int, int], str | None]
 
 
 def walk_records(
-    data: bytes, pos: int, end: int, count: int, timestamp_check: TimestampCheck | None = None
+    data: bytes,
+    pos: int,
+    end: int,
+    count: int,
+    timestamp_check: TimestampCheck | None = None,
+    keyless_refusal: str | None = None,
 ) -> list[tuple[int, str]]:
     """Check that ``data[pos:end]`` holds exactly ``count`` well-formed records.
 
     ``timestamp_check``, when given, sees every record (no runs are taken then); the
     refusals it gives are returned as (index, message). Malformed records raise
     :class:`InvalidRecordError` (``INVALID_RECORD``, with the offending record's index in
-    ``record_errors`` when one is at fault).
+    ``record_errors`` when one is at fault); so does a record without a key when
+    ``keyless_refusal`` (the message) is given — a compacted topic. Records of a run share
+    the key length of the one parsed, so only parsed records need that check.
     """
     refused: list[tuple[int, str]] = []
     index = 0
@@ -284,6 +292,10 @@ def walk_records(
                 f"incorrect declared batch size: {count} records announced, {index} found",
             )
         marks, ts_delta = _parse(data, pos, end, index)
+        if keyless_refusal is not None and data[marks[4]] == _NULL_LENGTH:
+            raise InvalidRecordError(
+                ErrorCode.invalid_record, keyless_refusal, ((index, keyless_refusal),)
+            )
         nxt = marks[-1]
         run = 0
         if timestamp_check is not None:

@@ -27,7 +27,7 @@ from broker.log.file_log import FileLog
 from broker.log.log import Log, MemoryLog
 from broker.log.log_cleaner import CleanerConfig, LogCleaner
 from broker.log.log_config import LogSettings
-from broker.log.log_dir import InconsistentLogDirError, LogDir, LogDirLockedError
+from broker.log.log_dir import LogDir, LogDirError
 from broker.log.partition import Partition, TopicPartition
 from broker.log.segment import LogSegment
 from broker.metrics.registry import BrokerMetrics
@@ -66,7 +66,10 @@ class LogManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self._dirs_of: dict[TopicPartition, LogDir] = {}
         self._lock = threading.Lock()
-        self.log_dirs = [LogDir(Path(d)) for d in self.config.log_dirs]
+        try:
+            self.log_dirs = [LogDir(Path(d)) for d in self.config.log_dirs]
+        except LogDirError as exc:
+            raise ConfigException(str(exc), name="log.dirs") from None
         self._scheduler: KafkaScheduler | None = None
         self.cleaner: LogCleaner | None = None
         self._cleaner_offsets: dict[int, dict[tuple[str, int], int]] = {
@@ -86,7 +89,7 @@ class LogManager:
             for log_dir in self.log_dirs:
                 log_dir.lock()
                 locked.append(log_dir)
-        except LogDirLockedError as exc:
+        except LogDirError as exc:
             for log_dir in locked:
                 log_dir.unlock()
             raise ConfigException(str(exc), name="log.dirs") from None
@@ -97,7 +100,7 @@ class LogManager:
         for log_dir in self.log_dirs:
             try:
                 log_dir.check_meta_properties(broker_id, cluster_id)
-            except InconsistentLogDirError as exc:
+            except LogDirError as exc:
                 raise ConfigException(str(exc), name="log.dirs") from None
 
     def startup(

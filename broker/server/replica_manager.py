@@ -199,9 +199,8 @@ class ReplicaManager:
                         ErrorCode.message_too_large,
                         f"batch of {batch.size} bytes exceeds max.message.bytes {max_bytes}",
                     )
-            validate_batches(
-                records, batches, self._validation_policy(tp.topic, produce_version), _now_ms()
-            )
+            policy = self._validation_policy(tp, produce_version)
+            validate_batches(records, batches, policy, _now_ms())
             info = partition.append_records_as_leader(records, batches)
         except KafkaError as exc:
             log.debug("append refused", partition=str(tp), error=exc.code.name, reason=exc.message)
@@ -218,11 +217,13 @@ class ReplicaManager:
         self.fetch_purgatory.check_and_complete(tp)
         return AppendResult(info=info)
 
-    def _validation_policy(self, topic: str, produce_version: int) -> ValidationPolicy:
+    def _validation_policy(self, tp: TopicPartition, produce_version: int) -> ValidationPolicy:
+        topic = tp.topic
         return ValidationPolicy(
             produce_version=produce_version,
             log_append_time=self.log_configs.log_append_time(topic),
             timestamp_difference_max_ms=self.log_configs.timestamp_difference_max_ms(topic),
+            compacted_partition=str(tp) if self.log_configs.compacted(topic) else None,
         )
 
     def _check_min_isr(self, tp: TopicPartition) -> None:
