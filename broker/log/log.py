@@ -72,6 +72,11 @@ class Log(ABC):
     def max_timestamp(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the record with the largest timestamp."""
 
+    @abstractmethod
+    def maybe_increment_log_start_offset(self, new_start: int) -> bool:
+        """Move the log start offset forward to ``new_start`` (never back, never past the
+        end): DeleteRecords and retention. Returns whether it moved."""
+
     def flush(self, up_to: int | None = None) -> None:  # noqa: B027 - nothing to flush
         """Make what was appended durable (up to ``up_to``)."""
 
@@ -128,6 +133,15 @@ class MemoryLog(Log):
             if batches:
                 self._end = batches[-1].base_offset + batches[-1].last_offset_delta + 1
 
+    def maybe_increment_log_start_offset(self, new_start: int) -> bool:
+        """Reads below the new start are refused by the caller; the batches stay in memory
+        (this engine serves test fixtures), so a read in progress never sees them move."""
+        with self.lock:
+            if new_start <= self._start:
+                return False
+            self._start = min(new_start, self._end)
+            return True
+
     def _pieces(self, index: int) -> tuple[bytes, memoryview]:
         start = self._positions[index] + PREFIX_SIZE
         end = self._positions[index] + self._sizes[index]
@@ -154,8 +168,9 @@ class MemoryLog(Log):
         for i in range(len(self._lasts)):
             if self._max_ts[i] >= timestamp_ms:
                 for record in self._records(i):
-                    if record.timestamp is not None and record.timestamp >= timestamp_ms:
-                        return record.offset, record.timestamp
+                    ts = record.timestamp
+                    if ts is not None and ts >= timestamp_ms and record.offset >= self._start:
+                        return record.offset, ts
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:

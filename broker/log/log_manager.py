@@ -313,6 +313,8 @@ class LogManager:
 
     def checkpoint_recovery_points(self) -> None:
         """Write each log dir's ``recovery-point-offset-checkpoint``."""
+        if not self.files:
+            return
         points = self._per_dir(lambda f: f.recovery_point)
         for log_dir in self.log_dirs:
             log_dir.recovery_points.write(points[id(log_dir)])
@@ -320,6 +322,8 @@ class LogManager:
     def checkpoint_log_start_offsets(self) -> None:
         """Write each log dir's ``log-start-offset-checkpoint`` (Kafka writes the offsets
         above a log's first segment base; writing them all reads the same)."""
+        if not self.files:
+            return
         starts = self._per_dir(lambda f: f.log_start_offset)
         for log_dir in self.log_dirs:
             log_dir.log_start_offsets.write(starts[id(log_dir)])

@@ -1,4 +1,5 @@
-"""Fetch (with ``max_wait_ms``/``min_bytes`` through the fetch purgatory) and ListOffsets."""
+"""Fetch (with ``max_wait_ms``/``min_bytes`` through the fetch purgatory), ListOffsets and
+DeleteRecords: the requests on partition logs other than Produce."""
 
 from __future__ import annotations
 
@@ -92,7 +93,38 @@ class FetchApis:
         self.fetch_max_bytes = fetch_max_bytes
 
     def handlers(self) -> Mapping[int, Handler]:
-        return {ApiKey.FETCH: self.handle_fetch, ApiKey.LIST_OFFSETS: self.handle_list_offsets}
+        return {
+            ApiKey.FETCH: self.handle_fetch,
+            ApiKey.LIST_OFFSETS: self.handle_list_offsets,
+            ApiKey.DELETE_RECORDS: self.handle_delete_records,
+        }
+
+    # DeleteRecords ---------------------------------------------------------------------
+    def handle_delete_records(self, ctx: RequestContext) -> None:
+        """Per partition: the new low watermark, or Kafka's error (DELETE on the topic
+        when an authorizer is on)."""
+        topics = []
+        for topic in ctx.body.topics:
+            allowed = ctx.authorized(AclOperation.DELETE, AclResourceType.TOPIC, topic.name)
+            results = []
+            for p in topic.partitions:
+                if not allowed:
+                    error, low = ErrorCode.topic_authorization_failed, -1
+                else:
+                    tp = TopicPartition(topic.name, int(p.partition_index))
+                    error, low = self.replica_manager.delete_records(tp, int(p.offset))
+                results.append(
+                    ctx.make(
+                        "DeleteRecordsPartitionResult",
+                        partition_index=p.partition_index,
+                        low_watermark=low,
+                        error_code=error,
+                    )
+                )
+            topics.append(
+                ctx.make("DeleteRecordsTopicResult", name=topic.name, partitions=tuple(results))
+            )
+        ctx.respond(ctx.make_response(topics=tuple(topics)))
 
     # Fetch ---------------------------------------------------------------------------
     def handle_fetch(self, ctx: RequestContext) -> None:

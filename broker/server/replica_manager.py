@@ -237,6 +237,24 @@ class ReplicaManager:
                 f"min.isr requirement of {required} for partition {tp}",
             )
 
+    # DeleteRecords ---------------------------------------------------------------------
+    def delete_records(self, tp: TopicPartition, offset: int) -> tuple[ErrorCode, int]:
+        """Move the log start offset of a partition this broker leads to ``offset`` (-1:
+        the high watermark); (error, the new low watermark). Beyond the high watermark, or
+        negative other than -1: OFFSET_OUT_OF_RANGE, as Kafka answers. Replication is not
+        built, so the leader's log is the only copy and the answer is immediate."""
+        try:
+            partition = self.leader_partition(tp)
+        except KafkaError as exc:
+            return exc.code, -1
+        hw = partition.high_watermark
+        target = hw if offset == -1 else offset
+        if target < 0 or target > hw:
+            return ErrorCode.offset_out_of_range, -1
+        if partition.log.maybe_increment_log_start_offset(target):
+            self.log_manager.checkpoint_log_start_offsets()
+        return ErrorCode.none, partition.log.log_start_offset
+
     # read ----------------------------------------------------------------------------
     def read(
         self, tp: TopicPartition, offset: int, max_bytes: int, min_one_batch: bool
