@@ -11,12 +11,13 @@ fsynced, so a crash leaves either the old checkpoint or the new one.
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Generic, TypeVar
+
+from broker.utils.files import write_atomically
 
 VERSION = 0
 
@@ -27,27 +28,6 @@ _INTEGER = re.compile(r"-?[0-9]+")
 
 class CorruptCheckpointError(ValueError):
     """A checkpoint file that does not parse; the message names the file and the line."""
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make the directory's entries (a rename, a new or removed file) durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` the way Kafka does: write ``<name>.tmp``, fsync it,
-    rename it over ``path``, fsync the directory."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def parse_int(text: str, bits: int) -> int:
@@ -113,7 +93,7 @@ class CheckpointFile(Generic[T]):
             lines.append(line)
         text = "".join(f"{line}\n" for line in [str(VERSION), str(len(lines)), *lines])
         with self._lock:
-            write_atomically(self.path, text)
+            write_atomically(self.path, text.encode())
 
     def _lines(self, data: bytes) -> list[str]:
         try:

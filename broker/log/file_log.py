@@ -26,7 +26,7 @@ from pathlib import Path
 import structlog
 
 from broker.log.leader_epoch_cache import LeaderEpochCache
-from broker.log.log import PREFIX_SIZE, Log
+from broker.log.log import PREFIX_SIZE, Log, first_at_or_after, latest_of_max
 from broker.log.log_config import LogSettings
 from broker.log.producer_state import (
     ProducerStateManager,
@@ -43,6 +43,7 @@ from broker.log.segment import (
     TIME_INDEX_SUFFIX,
     LogSegment,
 )
+from broker.utils.files import fsync_dir
 from protocol.fetch_response import Piece
 from protocol.records import BatchHeader, Record, iter_records, served_prefix
 
@@ -327,24 +328,18 @@ class FileLog(Log):
             for header in segment.batches(position):
                 if header.max_timestamp < timestamp_ms:
                     continue
-                data = segment.read(header.position, header.size)
-                for record in iter_records(data):
-                    ts = record.timestamp
-                    if ts is not None and ts >= timestamp_ms and record.offset >= self._start:
-                        return record.offset, ts
+                records = iter_records(segment.read(header.position, header.size))
+                found = first_at_or_after(records, timestamp_ms, self._start)
+                if found is not None:
+                    return found
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
         segments = [s for s in self._segments if s.size]
         if not segments:
             return None
-        best_segment = max(reversed(segments), key=lambda s: s.max_timestamp)
-        best: tuple[int, int] | None = None
-        for record in self._batch_records(best_segment, best_segment.offset_of_max_timestamp):
-            ts = record.timestamp if record.timestamp is not None else -1
-            if best is None or ts >= best[1]:
-                best = (record.offset, ts)
-        return best
+        best = max(reversed(segments), key=lambda s: s.max_timestamp)
+        return latest_of_max(self._batch_records(best, best.offset_of_max_timestamp))
 
     def maybe_increment_log_start_offset(self, new_start: int) -> bool:
         """Move the log start offset forward (DeleteRecords, retention); segments wholly
@@ -448,7 +443,7 @@ class FileLog(Log):
                 segment.mark_deleted()
                 self._retire(segment, delay)
             cleaned.change_file_suffixes(SWAP_SUFFIX, "")
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         return True
 
     # flush and close -----------------------------------------------------------------------
@@ -486,15 +481,6 @@ def _offset_of(path: Path) -> int | None:
     """The offset a segment or snapshot file is named for, or None."""
     stem = path.name.split(".", 1)[0]
     return int(stem) if stem.isdigit() else None
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make renames in ``directory`` durable (Kafka's Utils.flushDir)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _largest_timestamp(segment: LogSegment) -> int:

@@ -9,6 +9,7 @@ import bisect
 import threading
 from abc import ABC, abstractmethod
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from broker.log.producer_state import ProducerStateManager
@@ -26,6 +27,29 @@ class LogAppendInfo:
     last_offset: int
     log_append_time_ms: int
     log_start_offset: int
+
+
+def first_at_or_after(
+    records: Iterable[Record], timestamp_ms: int, start: int
+) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record from offset ``start`` on whose timestamp is
+    at least ``timestamp_ms`` (ListOffsets by timestamp)."""
+    for record in records:
+        ts = record.timestamp
+        if ts is not None and ts >= timestamp_ms and record.offset >= start:
+            return record.offset, ts
+    return None
+
+
+def latest_of_max(records: Iterable[Record]) -> tuple[int, int] | None:
+    """(offset, timestamp) of the last record with the largest timestamp (ListOffsets
+    MAX_TIMESTAMP, KIP-734)."""
+    best: tuple[int, int] | None = None
+    for record in records:
+        ts = record.timestamp if record.timestamp is not None else -1
+        if best is None or ts >= best[1]:
+            best = (record.offset, ts)
+    return best
 
 
 class Log(ABC):
@@ -167,20 +191,13 @@ class MemoryLog(Log):
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         for i in range(len(self._lasts)):
             if self._max_ts[i] >= timestamp_ms:
-                for record in self._records(i):
-                    ts = record.timestamp
-                    if ts is not None and ts >= timestamp_ms and record.offset >= self._start:
-                        return record.offset, ts
+                found = first_at_or_after(self._records(i), timestamp_ms, self._start)
+                if found is not None:
+                    return found
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
         count = len(self._lasts)
         if count == 0:
             return None
-        i = max(range(count), key=self._max_ts.__getitem__)
-        best: tuple[int, int] | None = None
-        for record in self._records(i):
-            ts = record.timestamp if record.timestamp is not None else -1
-            if best is None or ts >= best[1]:
-                best = (record.offset, ts)
-        return best
+        return latest_of_max(self._records(max(range(count), key=self._max_ts.__getitem__)))

@@ -9,7 +9,8 @@ import re
 import time
 from pathlib import Path
 
-from broker.log.checkpoint_file import OffsetCheckpointFile, fsync_dir, parse_int, write_atomically
+from broker.log.checkpoint_file import OffsetCheckpointFile, parse_int
+from broker.utils.files import fsync_dir, write_atomically
 from protocol.errors import KafkaError
 from protocol.topic_names import validate_topic_name
 
@@ -140,7 +141,7 @@ class LogDir:
                      **props}
             stamp = time.strftime("%a %b %d %H:%M:%S %Z %Y")
             lines = [f"#{stamp}", *(f"{key}={value}" for key, value in props.items())]
-            write_atomically(path, "".join(f"{line}\n" for line in lines))
+            write_atomically(path, "".join(f"{line}\n" for line in lines).encode())
 
     @staticmethod
     def _read_properties(path: Path) -> dict[str, str]:

@@ -16,6 +16,8 @@ import struct
 from array import array
 from pathlib import Path
 
+from broker.utils.files import write_atomically
+
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
@@ -38,9 +40,7 @@ class _IndexFile:
 
     def _rewrite(self, data: bytes) -> None:
         self.close()
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, self.path)
+        write_atomically(self.path, data)
 
     def _read(self) -> bytes:
         try:

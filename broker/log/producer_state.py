@@ -28,9 +28,7 @@ Snapshot format, version 1 (big-endian)::
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import re
 import struct
 import time
@@ -40,6 +38,7 @@ from pathlib import Path
 
 import crc32c
 
+from broker.utils.files import fsync_dir, write_atomically
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import BatchHeader
 
@@ -272,19 +271,7 @@ def write_snapshot(directory: Path, offset: int, state: ProducerStateManager) ->
     """Store ``state`` as of log end offset ``offset``, atomically (temp file, fsync,
     rename, directory fsync); replaces an existing snapshot at that offset."""
     path = snapshot_path(directory, offset)
-    tmp = path.with_name(path.name + ".tmp")
-    data = state.snapshot()
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _fsync_dir(path.parent)
+    write_atomically(path, state.snapshot())
     return path
 
 
@@ -348,13 +335,5 @@ def delete_snapshots(
     for path in doomed:
         path.unlink(missing_ok=True)
     if doomed:
-        _fsync_dir(Path(directory))
+        fsync_dir(Path(directory))
     return doomed
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -29,6 +29,8 @@ from typing import Any
 
 import structlog
 
+from broker.utils.files import fsync_dir
+
 log = structlog.get_logger(__name__)
 
 SNAPSHOT_FILE = "kplane-metadata.json"
@@ -81,14 +83,6 @@ def _decode_record(line: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return record
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class StoreLog:
@@ -191,7 +185,7 @@ class StoreLog:
             os.fsync(fh.fileno())
             self._snapshot_bytes = fh.tell()
         os.replace(tmp, self.snapshot_path)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         # Records up to zxid are in the snapshot now; a crash before this truncation leaves
         # them in the log, where replay skips them.
         fd = self._open()
@@ -204,7 +198,7 @@ class StoreLog:
             created = not os.path.exists(self.log_path)
             self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             if created:
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
         return self._fd
 
     def close(self) -> None:

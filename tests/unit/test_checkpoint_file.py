@@ -10,8 +10,8 @@ from broker.log.checkpoint_file import (
     CorruptCheckpointError,
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
-    write_atomically,
 )
+from broker.utils.files import write_atomically
 
 
 def test_offsets_round_trip_in_kafkas_format(tmp_path: Path) -> None:
@@ -73,8 +73,8 @@ def test_a_leftover_tmp_is_ignored_and_overwritten(tmp_path: Path) -> None:
 
 def test_write_atomically(tmp_path: Path) -> None:
     path = tmp_path / "f"
-    write_atomically(path, "one\n")
-    write_atomically(path, "two\n")
+    write_atomically(path, b"one\n")
+    write_atomically(path, b"two\n")
     assert path.read_text() == "two\n"
     assert [p.name for p in tmp_path.iterdir()] == ["f"]
 
