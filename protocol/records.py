@@ -13,6 +13,8 @@ headers, and the batches are stored and served as bytes.
 and decode individual records; they are meant for kplane's own client and for
 tests. :func:`encode_batch` writes decoded records back as a batch with every
 header field given (log compaction rebuilds a stored batch with it).
+:func:`build_control_batch` writes a transaction marker and :func:`end_txn_marker`
+reads one back.
 
 Batch layout (all integers big-endian)::
 
@@ -69,13 +71,17 @@ __all__ = (
     "MIN_BATCH_LENGTH",
     "BatchHeader",
     "Buffer",
+    "EndTxnMarker",
     "InvalidRecordError",
     "Record",
     "build_batch",
+    "build_control_batch",
     "encode_batch",
+    "end_txn_marker",
     "iter_all_records",
     "iter_records",
     "number_batches",
+    "parse_end_txn_marker",
     "read_partial_batches",
     "scan_batches",
     "served_prefix",
@@ -880,3 +886,102 @@ def iter_all_records(buffer: Buffer) -> Iterator[Record]:
     view = memoryview(data)
     for header in read_partial_batches(view):
         yield from iter_records(view[header.position : header.position + header.size])
+
+
+# ---------------------------------------------------------------------------
+# Transaction markers (control batches)
+# ---------------------------------------------------------------------------
+
+CONTROL_TYPE_ABORT = 0
+CONTROL_TYPE_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")  # version, type
+_END_TXN_VALUE = struct.Struct(">hi")  # version, coordinatorEpoch
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnMarker:
+    """What a transaction marker says (Kafka's EndTransactionMarker)."""
+
+    commit: bool
+    coordinator_epoch: int
+
+
+def build_control_batch(
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    coordinator_epoch: int,
+    timestamp_ms: int,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """A transaction marker as Kafka writes it: one control batch (transactional and
+    control attributes, baseSequence -1) of the transaction's producer holding one record,
+    key (version 0, type ABORT 0 or COMMIT 1), value (version 0, coordinator epoch).
+    :class:`ValueError` for a negative producer id or a field out of its range."""
+    if producer_id < 0:
+        raise ValueError("a transaction marker needs a producer id >= 0")
+    try:
+        value = _END_TXN_VALUE.pack(0, coordinator_epoch)
+    except struct.error as exc:
+        raise ValueError(f"coordinator epoch out of range: {exc}") from exc
+    key = _CONTROL_KEY.pack(0, CONTROL_TYPE_COMMIT if commit else CONTROL_TYPE_ABORT)
+    body = bytearray()
+    _encode_record(body, Record(key=key, value=value), 0, 0)
+    return _seal_batch(
+        body,
+        base_offset=0,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=_TRANSACTIONAL_MASK | _CONTROL_MASK,
+        last_offset_delta=0,
+        base_timestamp=timestamp_ms,
+        max_timestamp=timestamp_ms,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=-1,
+        record_count=1,
+    )
+
+
+def parse_end_txn_marker(key: bytes | None, value: bytes | None) -> EndTxnMarker | None:
+    """The marker in a control record's key and value; None for a control type other than
+    ABORT and COMMIT. As Kafka does, a version above 0 is read as version 0; a key shorter
+    than 4 bytes, a value shorter than 6 or a negative version raise
+    :class:`InvalidRecordError` (CORRUPT_MESSAGE)."""
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise InvalidRecordError(ErrorCode.corrupt_message, "control record key is too short")
+    version, control_type = _CONTROL_KEY.unpack_from(key)
+    if version < 0:
+        raise InvalidRecordError(
+            ErrorCode.corrupt_message, f"control record key has a negative version {version}"
+        )
+    if control_type not in (CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT):
+        return None
+    if value is None or len(value) < _END_TXN_VALUE.size:
+        raise InvalidRecordError(
+            ErrorCode.corrupt_message, "transaction marker value is too short"
+        )
+    value_version, coordinator_epoch = _END_TXN_VALUE.unpack_from(value)
+    if value_version < 0:
+        raise InvalidRecordError(
+            ErrorCode.corrupt_message,
+            f"transaction marker value has a negative version {value_version}",
+        )
+    return EndTxnMarker(control_type == CONTROL_TYPE_COMMIT, coordinator_epoch)
+
+
+def end_txn_marker(batch: Buffer) -> EndTxnMarker | None:
+    """The marker of one whole stored control batch (its first record, as Kafka reads it);
+    None when the batch has no record (a marker the cleaner emptied) or another control
+    type. Raises :class:`InvalidRecordError` for anything but one whole, valid control
+    batch."""
+    with _byte_view(batch) as view:
+        header = _parse_batch_header(view, 0, verify_crc=True, allow_truncated=False)
+        assert header is not None
+        if not header.is_control or header.size != len(view):
+            raise InvalidRecordError(
+                ErrorCode.invalid_record, "expected exactly one whole control batch"
+            )
+        data = _record_bytes(view, header)
+    for record in _decode_records(data, header):
+        return parse_end_txn_marker(record.key, record.value)
+    return None

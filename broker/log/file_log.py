@@ -1,7 +1,8 @@
 """FileLog: a partition's log as Kafka keeps it on disk, a directory of segments.
 
-``<log dir>/<topic>-<partition>/`` holds ``<base offset>.log|.index|.timeindex`` per segment,
-``<offset>.snapshot`` files of the idempotent-producer state and ``leader-epoch-checkpoint``.
+``<log dir>/<topic>-<partition>/`` holds ``<base offset>.log|.index|.timeindex`` per segment
+(and ``.txnindex`` for one holding abort markers), ``<offset>.snapshot`` files of the producer
+state and ``leader-epoch-checkpoint``.
 Appends go to the active (last) segment, which rolls on size, age or a full index. Reads take
 one byte range of one segment. The segment list is replaced, never changed in place, so
 readers work on a consistent copy without a lock; a removed segment's file stays open until
@@ -11,6 +12,10 @@ and the log cleaner's swap (:meth:`FileLog.replace_segments`) change the list un
 A cleaning cut short by a stop is settled on load as Kafka's LogLoader does: ``*.cleaned``
 files are deleted, a ``*.swap`` segment is completed (the segments it covers removed, its
 files renamed to their final names), ``*.deleted`` files are removed.
+
+Load replays the batches past the newest producer-state snapshot; the transactions their
+markers complete are indexed again, so each replayed segment's ``.txnindex`` is first cut
+back to the snapshot's offset and ends up matching the segment as recovered.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import structlog
@@ -29,6 +35,7 @@ from broker.log.leader_epoch_cache import LeaderEpochCache
 from broker.log.log import PREFIX_SIZE, Log, first_at_or_after, latest_of_max
 from broker.log.log_config import LogSettings
 from broker.log.producer_state import (
+    CompletedTxn,
     ProducerStateManager,
     delete_snapshots,
     load_latest_snapshot,
@@ -41,16 +48,26 @@ from broker.log.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
 )
+from broker.log.transaction_index import AbortedTxn, TransactionIndex
 from broker.utils.files import fsync_dir
 from protocol.fetch_response import Piece
-from protocol.records import BatchHeader, Record, iter_records, served_prefix
+from protocol.records import (
+    BatchHeader,
+    EndTxnMarker,
+    InvalidRecordError,
+    Record,
+    end_txn_marker,
+    iter_records,
+    served_prefix,
+)
 
 log = structlog.get_logger(__name__)
 
 LEFTOVER_SUFFIXES = (".tmp",)
-SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")
+SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 Retire = Callable[[LogSegment, int], None]
 """Close and remove a segment's renamed files after a delay in ms (the LogManager's)."""
 OnRoll = Callable[["FileLog", int], None]
@@ -124,12 +141,13 @@ class FileLog(Log):
             if truncated:  # everything after a cut tail is gone with it
                 self._remove_now(segment)
                 continue
+            self._segments.append(segment)  # before the replay: its aborted txns go here
+            self._bases.append(base)
             next_base = bases[k + 1] if k + 1 < len(bases) else None
             unsafe = not clean and (next_base is None or next_base > self.recovery_point)
             if unsafe or not segment.load():
-                cut, reason = segment.recover(
-                    lambda h: self._replay(h, replay_from)
-                )
+                segment.txn_index.truncate_to(replay_from)
+                cut, reason = segment.recover(partial(self._replay, segment, replay_from))
                 if cut:
                     log.warning(
                         "log recovered after an unclean stop: tail cut",
@@ -140,10 +158,10 @@ class FileLog(Log):
                     )
                     truncated = True
             elif segment.next_offset > replay_from:
+                segment.txn_index.truncate_to(replay_from)
                 start = segment.find(replay_from)
                 for header in segment.batches(start.position if start else segment.size):
-                    self._replay(header, replay_from)
-            self._segments.append(segment)
+                    self._replay(segment, replay_from, header)
         if not self._segments:
             self._segments.append(self._segment(max(self._start, self.recovery_point), settings))
         self._bases = [s.base_offset for s in self._segments]
@@ -228,15 +246,44 @@ class FileLog(Log):
         offset, self.producer_state = found
         return offset
 
-    def _replay(self, header: BatchHeader, replay_from: int) -> None:
-        if header.base_offset >= replay_from and header.producer_id >= 0:
-            self.producer_state.update(header, now_ms=header.max_timestamp)
+    def _replay(self, segment: LogSegment, replay_from: int, header: BatchHeader) -> None:
+        if header.base_offset < replay_from or header.producer_id < 0:
+            return
+        marker = None
+        if header.is_control:
+            try:
+                marker = end_txn_marker(segment.read(header.position, header.size))
+            except InvalidRecordError as exc:
+                log.warning(
+                    "control batch ignored: not a readable transaction marker",
+                    log_dir=str(self.directory),
+                    offset=header.base_offset,
+                    reason=exc.message,
+                )
+        self.update_producer_state(header, marker, now_ms=header.max_timestamp)
 
     def _rebuild_producer_state(self) -> None:
         self.producer_state = ProducerStateManager()
         for segment in self._segments:
+            segment.txn_index.truncate_to(segment.base_offset)
             for header in segment.batches():
-                self._replay(header, 0)
+                self._replay(segment, 0, header)
+
+    def update_producer_state(
+        self, batch: BatchHeader, marker: EndTxnMarker | None = None, now_ms: int | None = None
+    ) -> CompletedTxn | None:
+        completed = super().update_producer_state(batch, marker, now_ms)
+        if (
+            completed is not None
+            and completed.is_aborted
+            and completed.last_offset < self.recovery_point
+        ):  # the append flushed its marker (flush.messages): the index entry goes with it
+            self._txn_index_for(completed.last_offset).flush()
+        return completed
+
+    def _txn_index_for(self, offset: int) -> TransactionIndex:
+        segments, bases = self._segments, self._bases
+        return segments[max(bisect.bisect_right(bases, offset) - 1, 0)].txn_index
 
     # the Log interface -----------------------------------------------------------------
     @property
@@ -295,23 +342,46 @@ class FileLog(Log):
             self._on_roll(self, segment.base_offset)
         return segment
 
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> list[Piece]:
+    def _segments_from(self, offset: int) -> list[LogSegment]:
+        """The segments from the one holding ``offset`` on (without a lock)."""
         segments, bases = self._segments, self._bases
         i = max(bisect.bisect_right(bases, offset) - 1, 0)
         # The two lists are replaced one after the other: when the bases read are not the
         # segments', step back (scanning forward from an earlier segment finds the batch).
         while i > 0 and (i >= len(segments) or segments[i].base_offset > offset):
             i -= 1
-        for segment in segments[i:]:
-            limit = segment.size
+        return segments[i:]
+
+    def read(
+        self, offset: int, max_bytes: int, min_one_batch: bool, max_offset: int | None = None
+    ) -> list[Piece]:
+        for segment in self._segments_from(offset):
+            size = limit = segment.size
+            if max_offset is not None and max_offset < segment.next_offset:
+                stop = segment.find(max_offset, size)
+                if stop is not None:
+                    limit = stop.position
             batch = segment.find(offset, limit)
             if batch is None:
+                if limit < size:
+                    return []  # the batches left are at or past max_offset
                 continue
             length = min(max_bytes, limit - batch.position)
             if min_one_batch and batch.size > length:
                 length = min(batch.size, limit - batch.position)
             return [segment.read(batch.position, length)] if length > 0 else []
         return []
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        found: list[AbortedTxn] = []
+        for segment in self._segments_from(start_offset):
+            txns, complete = segment.txn_index.collect(start_offset, upper_bound_offset)
+            found += txns
+            if complete:
+                break
+        return found
 
     def _batch_records(self, segment: LogSegment, offset: int) -> list[Record]:
         batch = segment.find(offset)

@@ -1,22 +1,37 @@
 """Partition logs: the Log interface and its in-memory implementation.
 
-Batches stay bytes: a log stores the patched batch bytes and serves slices of them.
+Batches stay bytes: a log stores the patched batch bytes and serves slices of them. A log
+also holds the producer state its batches built and the aborted transactions their markers
+completed (see :mod:`broker.log.transaction_index`).
 """
 
 from __future__ import annotations
 
 import bisect
+import struct
 import threading
 from abc import ABC, abstractmethod
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from broker.log.producer_state import ProducerStateManager
+from broker.log.producer_state import CompletedTxn, ProducerStateManager
+from broker.log.transaction_index import AbortedTxn, TransactionIndex
 from protocol.fetch_response import Piece
-from protocol.records import BatchHeader, Record, iter_records, served_prefix
+from protocol.records import (
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    EndTxnMarker,
+    Record,
+    iter_records,
+    served_prefix,
+)
 
 PREFIX_SIZE = 16  # baseOffset, batchLength, partitionLeaderEpoch: see served_prefix
+_PEEK = struct.Struct(">qi")  # baseOffset, batchLength
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_POS = 23
 
 
 @dataclass(slots=True)
@@ -41,6 +56,33 @@ def first_at_or_after(
     return None
 
 
+def next_offset_after(pieces: Sequence[Piece]) -> int | None:
+    """The offset after the last whole batch in ``pieces`` (batches laid end to end, cut
+    anywhere, as :meth:`Log.read` returns them); None when they hold no whole batch."""
+    chunks = [memoryview(p).cast("B") for p in pieces]
+    total = sum(len(c) for c in chunks)
+    head_size = _LAST_OFFSET_DELTA_POS + _LAST_OFFSET_DELTA.size
+    index = start = position = 0  # chunks[index] begins at byte ``start`` of the whole
+    found = None
+    while position + head_size <= total:
+        while start + len(chunks[index]) <= position:
+            start += len(chunks[index])
+            index += 1
+        head = bytearray()
+        k, offset = index, position - start
+        while len(head) < head_size:
+            head += chunks[k][offset : offset + head_size - len(head)]
+            k, offset = k + 1, 0
+        base, length = _PEEK.unpack_from(head)
+        size = LOG_OVERHEAD + length
+        if length < MIN_BATCH_LENGTH or position + size > total:
+            break
+        (delta,) = _LAST_OFFSET_DELTA.unpack_from(head, _LAST_OFFSET_DELTA_POS)
+        found = base + delta + 1
+        position += size
+    return found
+
+
 def latest_of_max(records: Iterable[Record]) -> tuple[int, int] | None:
     """(offset, timestamp) of the last record with the largest timestamp (ListOffsets
     MAX_TIMESTAMP, KIP-734)."""
@@ -53,8 +95,8 @@ def latest_of_max(records: Iterable[Record]) -> tuple[int, int] | None:
 
 
 class Log(ABC):
-    """An append-only sequence of record batches with offsets, and the idempotent-producer
-    state its batches built."""
+    """An append-only sequence of record batches with offsets, the producer state its
+    batches built, and the aborted transactions its markers completed."""
 
     producer_state: ProducerStateManager
     lock: threading.RLock
@@ -80,12 +122,54 @@ class Log(ABC):
     def append(self, buffer: bytes, batches: list[BatchHeader]) -> None:
         """Store ``batches`` of ``buffer``; their headers carry the assigned offsets."""
 
+    def update_producer_state(
+        self, batch: BatchHeader, marker: EndTxnMarker | None = None, now_ms: int | None = None
+    ) -> CompletedTxn | None:
+        """Record an appended batch in the producer state (``marker``: what a control batch
+        says). The transaction a marker completes is indexed, when aborted, before it stops
+        holding the last stable offset back (Kafka's order: a reader that sees the LSO move
+        finds the index entry)."""
+        completed = self.producer_state.update(batch, now_ms, marker)
+        if completed is not None:
+            if completed.is_aborted:
+                self._txn_index_for(completed.last_offset).append(
+                    AbortedTxn(
+                        completed.producer_id,
+                        completed.first_offset,
+                        completed.last_offset,
+                        completed.last_stable_offset,
+                    )
+                )
+            self.producer_state.complete_txn(completed)
+        return completed
+
     @abstractmethod
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> list[Piece]:
+    def _txn_index_for(self, offset: int) -> TransactionIndex:
+        """The transaction index that keeps an abort marker at ``offset``."""
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest ongoing transaction, at least the log start
+        (Kafka's firstUnstableOffset); None when no transaction is ongoing."""
+        first = self.producer_state.first_unstable_offset
+        return None if first is None else max(first, self.log_start_offset)
+
+    @abstractmethod
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """The aborted transactions whose marker is at or after ``start_offset`` and that
+        began below ``upper_bound_offset`` (Kafka's collectAbortedTransactions)."""
+
+    @abstractmethod
+    def read(
+        self, offset: int, max_bytes: int, min_one_batch: bool, max_offset: int | None = None
+    ) -> list[Piece]:
         """Whole batches from the one holding ``offset``, up to ``max_bytes``, as pieces
         to write one after the other (a served prefix and the stored bytes per batch).
 
-        With ``min_one_batch`` the first batch is returned even when larger (KIP-74).
+        With ``min_one_batch`` the first batch is returned even when larger (KIP-74). With
+        ``max_offset`` (a batch boundary: the last stable offset) only batches below it.
         """
 
     @abstractmethod
@@ -120,6 +204,7 @@ class MemoryLog(Log):
 
     def __init__(self, start_offset: int = 0) -> None:
         self.producer_state = ProducerStateManager()
+        self.txn_index = TransactionIndex(None)
         self.lock = threading.RLock()
         self._start = start_offset
         self._end = start_offset
@@ -171,12 +256,24 @@ class MemoryLog(Log):
         end = self._positions[index] + self._sizes[index]
         return self._prefixes[index], memoryview(self._buffers[index])[start:end]
 
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> list[Piece]:
+    def _txn_index_for(self, offset: int) -> TransactionIndex:
+        return self.txn_index
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        return self.txn_index.collect(start_offset, upper_bound_offset)[0]
+
+    def read(
+        self, offset: int, max_bytes: int, min_one_batch: bool, max_offset: int | None = None
+    ) -> list[Piece]:
         count = len(self._lasts)
         index = bisect.bisect_left(self._lasts, offset, 0, count)
         out: list[Piece] = []
         total = 0
         while index < count:
+            if max_offset is not None and self._lasts[index] >= max_offset:
+                break
             size = self._sizes[index]
             if total + size > max_bytes and not (min_one_batch and not out):
                 break

@@ -21,8 +21,16 @@ to the cleaner threads), and sleep ``log.cleaner.backoff.ms`` when no log was du
   :meth:`~broker.log.file_log.FileLog.replace_segments` swaps in. A record stays when its
   offset is past the map, when it has no key (keyless records are refused at produce for
   compacted topics, so these predate the policy), or when it is its key's last record —
-  unless it is a tombstone past its delete horizon. Control batches stay; a producer's last
-  batch stays, emptied, while the producer has state in the log.
+  unless it is a tombstone past its delete horizon. A producer's last batch stays, emptied,
+  while the producer has state in the log.
+* **Transactions** (Kafka's CleanedTransactionMetadata, see
+  :mod:`broker.log.transaction_index`): cleaning stops at the first unstable offset (an
+  ongoing transaction is never cleaned). The records of aborted transactions, found through
+  the transaction indexes, neither enter the offset map nor survive a cleaning. An abort
+  marker stays while its transaction still had batches in the segments cleaned (and is
+  indexed again in the cleaned segment's ``.txnindex``); a commit marker stays while its
+  transaction's batches are still there. A marker that may go gets a delete horizon (``now +
+  delete.retention.ms``, as a tombstone does) and is removed by a cleaning after it.
 * **Tombstones** follow KIP-534 (Kafka 3.1+): the first cleaning that keeps a tombstone
   writes its batch's delete horizon (``now + delete.retention.ms``) into the batch, and a
   cleaning after that horizon drops it. (Kafka's legacy rule, by the modification time of
@@ -56,12 +64,17 @@ from broker.log.log_config import LogSettings
 from broker.log.offset_map import BYTES_PER_SLOT, OffsetMap
 from broker.log.partition import TopicPartition
 from broker.log.segment import CLEANED_SUFFIX, LogSegment
+from broker.log.transaction_index import CleanedTransactionMetadata
 from broker.metrics.registry import BrokerMetrics, metric_name
 from protocol.record_filter import filter_batch
 from protocol.records import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
+    EndTxnMarker,
+    InvalidRecordError,
+    encode_batch,
+    end_txn_marker,
     iter_records,
     read_partial_batches,
 )
@@ -70,6 +83,7 @@ log = structlog.get_logger(__name__)
 
 INT32_MAX = 2**31 - 1
 THREAD_PREFIX = "kafka-log-cleaner-thread-"
+_DELETE_HORIZON_MASK = 0x40  # the batch attribute: baseTimestamp holds a delete horizon
 
 RECONFIGURABLE_CONFIGS = frozenset(
     {
@@ -422,7 +436,9 @@ class LogCleaner:
                 )
             first_dirty = file_log.log_start_offset
             self._host.update_cleaner_offset(tp, first_dirty)
-        uncleanable = first_uncleanable_offset(segments, first_dirty, now, settings)
+        uncleanable = first_uncleanable_offset(
+            segments, first_dirty, now, settings, file_log.first_unstable_offset
+        )
         # Kafka's LogToClean: the segment holding the first dirty offset counts as both.
         clean_bytes = sum(s.size for s in segments_in(segments, -1, first_dirty))
         uncleanable_base = _base_of_segment_holding(segments, uncleanable)
@@ -594,7 +610,7 @@ class Cleaner:
         file_log, tp = ltc.log, ltc.tp
         upper = ltc.first_uncleanable_offset
         offset_map = self.offset_map
-        self.build_offset_map(tp, file_log.segments, ltc.first_dirty_offset, upper, stats)
+        self.build_offset_map(tp, file_log, ltc.first_dirty_offset, upper, stats)
         end_offset = max(offset_map.latest_offset + 1, ltc.first_dirty_offset)
         stats.map_done = time.monotonic()
         if end_offset == ltc.first_dirty_offset:  # nothing was mapped: nothing to clean
@@ -618,19 +634,21 @@ class Cleaner:
     def build_offset_map(
         self,
         tp: TopicPartition,
-        segments: Sequence[LogSegment],
+        file_log: FileLog,
         start: int,
         end: int,
         stats: CleanerStats,
     ) -> None:
         """Map each key of the records in [start, end) to its last offset, stopping where the
-        map fills (Kafka's buildOffsetMap)."""
+        map fills (Kafka's buildOffsetMap); records of aborted transactions are left out."""
         offset_map = self.offset_map
         offset_map.clear()
-        dirty = segments_in(segments, start, end)
+        txns = CleanedTransactionMetadata()
+        txns.add_aborted_transactions(file_log.collect_aborted_transactions(start, end))
+        dirty = segments_in(file_log.segments, start, end)
         for k, segment in enumerate(dirty):
             next_start = dirty[k + 1].base_offset if k + 1 < len(dirty) else end
-            if self._map_segment(tp, segment, start, next_start, stats):
+            if self._map_segment(tp, segment, start, next_start, txns, stats):
                 break
 
     def _map_segment(
@@ -639,15 +657,21 @@ class Cleaner:
         segment: LogSegment,
         start: int,
         next_start: int,
+        txns: CleanedTransactionMetadata,
         stats: CleanerStats,
     ) -> bool:
-        """Add one segment's keys; True when the map filled on the way."""
+        """Add the keys of one segment's batches below ``next_start``; True when the map
+        filled on the way."""
         offset_map = self.offset_map
         put = offset_map.put
         position = segment.offset_index.lookup(start)
         for header, data in self.read_batches(tp, segment, position):
+            if header.base_offset >= next_start:
+                break  # past the first uncleanable offset (an ongoing transaction)
             stats.map_bytes_read += header.size
-            if not header.is_control:
+            if header.is_control:
+                txns.on_control_batch_read(header, _marker(header, data))
+            elif not txns.on_batch_read(header):
                 for offset, key, _ in record_keys(header, data):
                     if key is not None and offset >= start:
                         if offset_map.is_full:
@@ -696,17 +720,23 @@ class Cleaner:
         upper_bound: int,
     ) -> None:
         """Rewrite ``group`` into one ``.cleaned`` segment and swap it in (Kafka's
-        cleanSegments)."""
+        cleanSegments); the aborted transactions whose markers stay are indexed in it."""
         settings = file_log.settings
         directory = file_log.directory
         base = group[0].base_offset
         cleaned = _new_cleaned_segment(directory, base, settings)
+        txns = CleanedTransactionMetadata(cleaned.txn_index)
+        txns.add_aborted_transactions(
+            file_log.collect_aborted_transactions(base, group[-1].next_offset)
+        )
         try:
             pending: list[bytes] = []
             pending_bytes = 0
             for segment in group:
                 for header, data in self.read_batches(tp, segment):
-                    output = self._filter(file_log, header, data, now, settings, stats, upper_bound)
+                    output = self._filter(
+                        file_log, header, data, now, settings, stats, upper_bound, txns
+                    )
                     if output is None:
                         continue
                     pending.append(output)
@@ -738,24 +768,32 @@ class Cleaner:
         settings: LogSettings,
         stats: CleanerStats,
         upper_bound: int,
+        txns: CleanedTransactionMetadata,
     ) -> bytes | None:
         """One batch as it goes into the cleaned segment, or None when it goes away.
 
         The keep decisions come from a walk of the keys (:func:`record_keys`); only a batch
         that keeps some of its records, or must gain a delete horizon or become Kafka's empty
-        batch, goes through :func:`protocol.record_filter.filter_batch`."""
-        if header.is_control:  # transaction markers stay (issue 15 decides their removal)
+        batch, goes through :func:`protocol.record_filter.filter_batch`. A batch of an
+        aborted transaction keeps none."""
+        horizon = min(now + settings.delete_retention_ms, LONG_MAX)
+        stats.bytes_read += header.size
+        if header.is_control:
+            output = _filter_marker(header, data, now, horizon, txns)
             stats.messages_read += header.record_count
-            stats.messages_written += header.record_count
-            stats.bytes_read += header.size
-            stats.bytes_written += header.size
-            return bytes(data)
+            if output is not None:
+                stats.messages_written += header.record_count
+                stats.bytes_written += len(output)
+            return output
+        aborted = txns.on_batch_read(header)
         offset_map = self.offset_map
         latest = offset_map.latest_offset
         lookup = offset_map.get
         horizon_passed = header.has_delete_horizon and now >= header.base_timestamp
 
         def keep(offset: int, key: bytes | None, has_value: bool) -> bool:
+            if aborted:
+                return False
             if offset > latest or key is None:
                 return True  # past the map; keyless (refused at produce on compacted topics)
             if offset < lookup(key):
@@ -773,21 +811,61 @@ class Cleaner:
             file_log, header
         )
         stats.messages_read += len(entries)
-        stats.bytes_read += header.size
         stats.messages_written += kept
-        if kept == len(entries) and (not keeps_tombstone or header.has_delete_horizon):
+        if entries and kept == len(entries) and (not keeps_tombstone or header.has_delete_horizon):
             stats.bytes_written += header.size
-            return bytes(data)  # every record stays: the same bytes
+            return bytes(data)  # every record stays: the same bytes (an empty batch may go)
         if kept == 0 and not (retain_empty and header.producer_id >= 0):
             return None
         result = filter_batch(
             data,
             lambda r: keep(r.offset, r.key, r.value is not None),
             retain_empty=retain_empty,
-            delete_horizon_ms=min(now + settings.delete_retention_ms, LONG_MAX),
+            delete_horizon_ms=horizon,
         )
         stats.bytes_written += result.bytes_out
         return result.output
+
+
+def _marker(header: BatchHeader, data: memoryview) -> EndTxnMarker | None:
+    """What a stored control batch says; None when it is empty, of another control type, or
+    unreadable (then it is kept as it is)."""
+    try:
+        return end_txn_marker(data)
+    except InvalidRecordError as exc:
+        log.warning(
+            "control batch kept as it is: not a readable transaction marker",
+            offset=header.base_offset,
+            reason=exc.message,
+        )
+        return None
+
+
+def _filter_marker(
+    header: BatchHeader,
+    data: memoryview,
+    now: int,
+    horizon: int,
+    txns: CleanedTransactionMetadata,
+) -> bytes | None:
+    """A control batch as it goes into the cleaned segment (Kafka's rule): kept while its
+    transaction still has batches; then given a delete horizon, and gone after it."""
+    if not txns.on_control_batch_read(header, _marker(header, data)):
+        return bytes(data)
+    if header.has_delete_horizon:
+        return None if now >= header.base_timestamp else bytes(data)
+    return encode_batch(
+        list(iter_records(data)),
+        base_offset=header.base_offset,
+        last_offset_delta=header.last_offset_delta,
+        base_timestamp=horizon,
+        max_timestamp=header.max_timestamp,
+        attributes=header.attributes | _DELETE_HORIZON_MASK,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        partition_leader_epoch=header.partition_leader_epoch,
+    )
 
 
 # pure helpers ----------------------------------------------------------------------------------
@@ -810,11 +888,18 @@ def _base_of_segment_holding(segments: Sequence[LogSegment], offset: int) -> int
 
 
 def first_uncleanable_offset(
-    segments: Sequence[LogSegment], first_dirty: int, now: int, settings: LogSettings
+    segments: Sequence[LogSegment],
+    first_dirty: int,
+    now: int,
+    settings: LogSettings,
+    first_unstable: int | None = None,
 ) -> int:
-    """Where cleaning must stop: the active segment, or the first dirty segment whose largest
-    timestamp is within ``min.compaction.lag.ms`` of now (Kafka's cleanableOffsets)."""
+    """Where cleaning must stop: the active segment, the first unstable offset (an ongoing
+    transaction), or the first dirty segment whose largest timestamp is within
+    ``min.compaction.lag.ms`` of now (Kafka's cleanableOffsets)."""
     uncleanable = segments[-1].base_offset
+    if first_unstable is not None:
+        uncleanable = min(uncleanable, first_unstable)
     lag = max(settings.min_compaction_lag_ms, 0)
     if lag > 0:
         for segment in segments_in(segments[:-1], first_dirty, 2**63):

@@ -1,4 +1,12 @@
-"""Idempotent producer state per partition: epochs, sequences, and recent batches.
+"""Producer state per partition: epochs, sequences, recent batches, and transactions.
+
+Idempotence: each producer id's epoch and its last five batches (sequence ranges and their
+offsets) find retries and refuse gaps. Transactions (KIP-98): a transactional batch from a
+producer with none ongoing begins one at its first offset; the producer's transaction marker
+(a control batch, ABORT or COMMIT) completes it. The smallest first offset of the ongoing
+transactions is the partition's first unstable offset, which bounds the last stable offset
+(LSO) a READ_COMMITTED consumer reads to. Markers carry no sequence: they move the epoch
+and the coordinator epoch, never the sequence a producer continues from.
 
 The state survives restarts as Kafka's does: :meth:`ProducerStateManager.snapshot` encodes
 it and :func:`write_snapshot` stores it as ``<offset>.snapshot`` (20-digit zero-padded) in
@@ -16,8 +24,8 @@ Snapshot format, version 1 (big-endian)::
         producer_id               int64
         producer_epoch            int16
         last_timestamp_ms         int64   wall clock of the producer's last append
-        coordinator_epoch         int32   -1 (transactions, issue 15)
-        current_txn_first_offset  int64   -1 (transactions, issue 15)
+        coordinator_epoch         int32   of the last marker, -1 before any
+        current_txn_first_offset  int64   first offset of the ongoing transaction, or -1
         batch_count               int32   at most CACHED_BATCHES, oldest first
         batch_count x:
             first_seq     int32
@@ -40,7 +48,7 @@ import crc32c
 
 from broker.utils.files import fsync_dir, write_atomically
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import BatchHeader
+from protocol.records import BatchHeader, EndTxnMarker
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +87,37 @@ class ProducerStateEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=CACHED_BATCHES))
     last_timestamp_ms: int = -1  # wall clock of the last append; for producer.id.expiration.ms
-    coordinator_epoch: int = -1  # transactions (issue 15): stored and loaded, not yet set
-    current_txn_first_offset: int = -1  # transactions (issue 15): stored and loaded, not yet set
+    coordinator_epoch: int = -1  # of the last transaction marker
+    current_txn_first_offset: int = -1  # the ongoing transaction's first offset, or -1
 
     @property
     def last_seq(self) -> int:
         return self.batches[-1].last_seq if self.batches else -1
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker completed (Kafka's CompletedTxn), with the LSO right after it
+    (the first offset of the next ongoing transaction of another producer, else the offset
+    after the marker)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+    last_stable_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerInfo:
+    """One producer as DescribeProducers answers it (Kafka's ProducerState)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
 
 
 def _next_seq(seq: int) -> int:
@@ -96,13 +129,21 @@ def _last_seq(batch: BatchHeader) -> int:
 
 
 class ProducerStateManager:
-    """Checks and records the sequence numbers of idempotent producers.
+    """Checks and records producers' sequence numbers and transactions.
 
-    Not thread-safe: the partition calls it (and :meth:`snapshot`) under its append lock.
+    Not thread-safe: the partition calls it (and :meth:`snapshot`) under its append lock;
+    only :attr:`first_unstable_offset` may be read without it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, map_end_offset: int = 0) -> None:
         self._producers: dict[int, ProducerStateEntry] = {}
+        self._ongoing: dict[int, int] = {}
+        """first offset -> producer id of each ongoing transaction, in offset order (new
+        transactions begin past every offset recorded, so insertion order is offset order)."""
+        self.first_unstable_offset: int | None = None
+        """The first offset of the oldest ongoing transaction (Kafka's firstUnstableOffset)."""
+        self.map_end_offset = map_end_offset
+        """The offset after the last batch recorded (Kafka's mapEndOffset)."""
 
     def producer_count(self) -> int:
         """How many producer ids have state here."""
@@ -135,42 +176,68 @@ class ProducerStateManager:
                     f"new epoch {batch.producer_epoch} must start at sequence 0, "
                     f"got {batch.base_sequence}",
                 )
-            return None
-        last = _last_seq(batch)
-        for cached in entry.batches:
-            if cached.first_seq == batch.base_sequence and cached.last_seq == last:
-                return cached
-        if entry.batches and batch.base_sequence != _next_seq(entry.last_seq):
+        else:
+            last = _last_seq(batch)
+            for cached in entry.batches:
+                if cached.first_seq == batch.base_sequence and cached.last_seq == last:
+                    return cached
+            if batch.base_sequence != _next_seq(entry.last_seq):
+                raise KafkaError(
+                    ErrorCode.out_of_order_sequence_number,
+                    f"producer {batch.producer_id} sent sequence {batch.base_sequence}, "
+                    f"expected {_next_seq(entry.last_seq)}",
+                )
+        if not batch.is_transactional and entry.current_txn_first_offset >= 0:
             raise KafkaError(
-                ErrorCode.out_of_order_sequence_number,
-                f"producer {batch.producer_id} sent sequence {batch.base_sequence}, "
-                f"expected {_next_seq(entry.last_seq)}",
+                ErrorCode.invalid_txn_state,
+                f"expected a transactional write from producer {batch.producer_id}: its "
+                f"transaction from offset {entry.current_txn_first_offset} is ongoing",
             )
         return None
 
-    def update(self, batch: BatchHeader, now_ms: int | None = None) -> None:
-        """Record an appended batch (offsets already assigned).
-
-        Also rebuilds the state from stored batches: a batch whose first offset is at or
-        below the producer's last recorded offset is already in the state and is ignored,
-        so replaying batches a snapshot covers changes nothing. ``now_ms`` (default: the
-        wall clock) becomes the producer's last-update time.
-        """
-        if batch.producer_id < 0:
-            return
-        entry = self._producers.get(batch.producer_id)
-        if (
-            entry is not None
-            and entry.batches
-            and batch.base_offset <= entry.batches[-1].last_offset
-        ):
-            return
+    def check_end_txn_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> None:
+        """Refuse a marker from a fenced producer epoch (INVALID_PRODUCER_EPOCH) or an older
+        coordinator (TRANSACTION_COORDINATOR_FENCED), as Kafka's appendEndTxnMarker does."""
+        entry = self._producers.get(producer_id)
         if entry is None:
-            entry = ProducerStateEntry(batch.producer_epoch)
-            self._producers[batch.producer_id] = entry
-        elif batch.producer_epoch != entry.epoch:
-            entry.epoch = batch.producer_epoch
-            entry.batches.clear()
+            return
+        if producer_epoch < entry.epoch:
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"marker for producer {producer_id} has epoch {producer_epoch}, older than "
+                f"the current epoch {entry.epoch}",
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaError(
+                ErrorCode.transaction_coordinator_fenced,
+                f"marker for producer {producer_id} has coordinator epoch {coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch}",
+            )
+
+    def update(
+        self, batch: BatchHeader, now_ms: int | None = None, marker: EndTxnMarker | None = None
+    ) -> CompletedTxn | None:
+        """Record an appended batch (offsets already assigned); for a control batch,
+        ``marker`` is what it says (None: none to act on). Returns the transaction a
+        marker completes: the caller indexes it if aborted, then calls
+        :meth:`complete_txn`.
+
+        Also rebuilds the state from stored batches: a batch below :attr:`map_end_offset`
+        is already in the state and is ignored, so replaying batches a snapshot covers
+        changes nothing. ``now_ms`` (default: the wall clock) becomes the producer's
+        last-update time.
+        """
+        if batch.base_offset < self.map_end_offset:
+            return None
+        self.map_end_offset = batch.next_offset
+        if batch.producer_id < 0:
+            return None
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        if batch.is_control:
+            return None if marker is None else self._end_txn(batch, marker, now)
+        entry = self._entry(batch.producer_id, batch.producer_epoch)
         entry.batches.append(
             BatchMetadata(
                 batch.base_sequence,
@@ -179,7 +246,63 @@ class ProducerStateManager:
                 batch.base_offset + batch.last_offset_delta,
             )
         )
-        entry.last_timestamp_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        entry.last_timestamp_ms = now
+        if batch.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = batch.base_offset
+            self._ongoing[batch.base_offset] = batch.producer_id
+            if self.first_unstable_offset is None:
+                self.first_unstable_offset = batch.base_offset
+        return None
+
+    def _entry(self, producer_id: int, epoch: int) -> ProducerStateEntry:
+        """The producer's entry at ``epoch``: created, or its batches forgotten when the
+        epoch moved."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            entry = ProducerStateEntry(epoch)
+            self._producers[producer_id] = entry
+        elif epoch != entry.epoch:
+            entry.epoch = epoch
+            entry.batches.clear()
+        return entry
+
+    def _end_txn(self, batch: BatchHeader, marker: EndTxnMarker, now_ms: int) -> CompletedTxn:
+        entry = self._entry(batch.producer_id, batch.producer_epoch)
+        first = entry.current_txn_first_offset
+        entry.current_txn_first_offset = -1
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.last_timestamp_ms = now_ms
+        lso = next(
+            (f for f, pid in self._ongoing.items() if pid != batch.producer_id),
+            batch.base_offset + 1,
+        )
+        return CompletedTxn(
+            batch.producer_id,
+            first if first >= 0 else batch.base_offset,
+            batch.base_offset,
+            not marker.commit,
+            lso,
+        )
+
+    def complete_txn(self, txn: CompletedTxn) -> None:
+        """The transaction is indexed: it no longer holds the first unstable offset back."""
+        if self._ongoing.get(txn.first_offset) == txn.producer_id:
+            del self._ongoing[txn.first_offset]
+            self.first_unstable_offset = next(iter(self._ongoing), None)
+
+    def active_producers(self) -> list[ProducerInfo]:
+        """Every producer with state here, as DescribeProducers lists them."""
+        return [
+            ProducerInfo(
+                producer_id,
+                entry.epoch,
+                entry.last_seq,
+                entry.last_timestamp_ms,
+                entry.coordinator_epoch,
+                entry.current_txn_first_offset,
+            )
+            for producer_id, entry in self._producers.items()
+        ]
 
     # snapshots -----------------------------------------------------------------------------
 
@@ -200,8 +323,9 @@ class ProducerStateManager:
         return _HEADER.pack(SNAPSHOT_VERSION, crc32c.crc32c(body)) + bytes(body)
 
     @classmethod
-    def from_snapshot(cls, data: bytes) -> ProducerStateManager:
-        """The state :meth:`snapshot` encoded in ``data``.
+    def from_snapshot(cls, data: bytes, offset: int = 0) -> ProducerStateManager:
+        """The state :meth:`snapshot` encoded in ``data``, taken at log end ``offset``; the
+        ongoing transactions are those of the entries with a first offset.
 
         Raises :class:`CorruptSnapshotError` for a truncated or corrupt snapshot, an unknown
         version, or counts the bytes present cannot hold.
@@ -232,7 +356,7 @@ class ProducerStateManager:
             raise CorruptSnapshotError(
                 f"snapshot claims {count} producers, more than its {end - pos} bytes can hold"
             )
-        state = cls()
+        state = cls(offset)
         for _ in range(count):
             producer_id, epoch, timestamp, coord_epoch, txn_first, batches = take(
                 _PRODUCER, "a producer entry"
@@ -254,6 +378,13 @@ class ProducerStateManager:
             state._producers[producer_id] = entry
         if pos != end:
             raise CorruptSnapshotError(f"snapshot has {end - pos} bytes after its last producer")
+        ongoing = sorted(
+            (e.current_txn_first_offset, pid)
+            for pid, e in state._producers.items()
+            if e.current_txn_first_offset >= 0
+        )
+        state._ongoing = dict(ongoing)
+        state.first_unstable_offset = ongoing[0][0] if ongoing else None
         return state
 
 
@@ -311,7 +442,7 @@ def load_latest_snapshot(
     while (found := latest_snapshot(directory, at_most)) is not None:
         offset, path = found
         try:
-            return offset, ProducerStateManager.from_snapshot(path.read_bytes())
+            return offset, ProducerStateManager.from_snapshot(path.read_bytes(), offset)
         except CorruptSnapshotError as exc:
             log.warning("deleting corrupt producer-state snapshot %s: %s", path, exc)
             path.unlink(missing_ok=True)

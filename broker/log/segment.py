@@ -1,4 +1,5 @@
-"""LogSegment: one ``<base offset>.log`` file of record batches and its two indexes.
+"""LogSegment: one ``<base offset>.log`` file of record batches, its two indexes, and the
+aborted transactions whose markers it holds (``.txnindex``, created with its first entry).
 
 Batches are stored exactly as they are served (offsets and leader epoch written in), so a
 read is one ``pread`` of a byte range. Positions of batches are found through the sparse
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.log.offset_index import OffsetIndex, TimeIndex
+from broker.log.transaction_index import TransactionIndex
 from protocol.fetch_response import Piece
 from protocol.records import (
     LOG_OVERHEAD,
@@ -25,6 +27,7 @@ from protocol.records import (
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 """A segment the log cleaner is writing (deleted on load: the cleaning was cut short)."""
@@ -83,6 +86,7 @@ class LogSegment:
         )
         for index in (self.offset_index, self.time_index):
             index.path.touch()  # Kafka creates both with the segment
+        self.txn_index = TransactionIndex(directory / f"{stem}{TXN_INDEX_SUFFIX}{suffix}")
         self.index_interval_bytes = index_interval_bytes
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -264,6 +268,7 @@ class LogSegment:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -271,15 +276,21 @@ class LogSegment:
             self._fd = -1
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def files(self) -> list[Path]:
-        return [self.log_path, self.offset_index.path, self.time_index.path]
+        """The segment's files (the transaction index may not exist yet)."""
+        assert self.txn_index.path is not None
+        return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
 
     def change_file_suffixes(self, old: str, new: str) -> None:
         """Rename the segment's files from ``<name><old>`` to ``<name><new>`` (Kafka's
         changeFileSuffixes: ``.cleaned`` -> ``.swap`` -> final); open descriptors stay valid."""
         for holder, attribute in (
-            (self, "log_path"), (self.offset_index, "path"), (self.time_index, "path")
+            (self, "log_path"),
+            (self.offset_index, "path"),
+            (self.time_index, "path"),
+            (self.txn_index, "path"),
         ):
             path: Path = getattr(holder, attribute)
             if not path.name.endswith(old):
