@@ -1,5 +1,8 @@
 """Fetch (with ``max_wait_ms``/``min_bytes`` through the fetch purgatory), ListOffsets and
-DeleteRecords: the requests on partition logs other than Produce."""
+DeleteRecords: the requests on partition logs other than Produce.
+
+READ_COMMITTED (``isolation_level`` 1) Fetch reads below the last stable offset and lists
+the aborted transactions of what it read; ListOffsets latest answers the LSO for it."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from typing import Any
 from broker.log.partition import TopicPartition
 from broker.metadata.cache import MetadataCache
 from broker.server.context import Handler, RequestContext
-from broker.server.replica_manager import ReadResult, ReplicaManager
+from broker.server.replica_manager import READ_COMMITTED, ReadResult, ReplicaManager
 from broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
 from common.acl import AclOperation, AclResourceType
 from protocol.api_keys import ApiKey
@@ -50,6 +53,7 @@ class DelayedFetch(DelayedOperation):
     def try_complete(self) -> bool:
         available = 0
         min_bytes = int(self.ctx.body.min_bytes)
+        committed = _isolation_level(self.ctx) == READ_COMMITTED
         for spec in self.specs:
             if spec.tp is None:
                 continue
@@ -59,10 +63,12 @@ class DelayedFetch(DelayedOperation):
             hw = partition.high_watermark
             if spec.offset > hw or spec.offset < partition.log.log_start_offset:
                 return self.force_complete()
-            if spec.offset < hw:
-                available += sum(
-                    len(v) for v in partition.log.read(spec.offset, spec.max_bytes, True)
+            bound = partition.last_stable_offset if committed else hw
+            if spec.offset < bound:
+                views = partition.log.read(
+                    spec.offset, spec.max_bytes, True, bound if committed else None
                 )
+                available += sum(len(v) for v in views)
                 if available >= min_bytes:
                     return self.force_complete()
         return False
@@ -163,6 +169,7 @@ class FetchApis:
         """Read every partition now and answer; stored batches go out without a copy."""
         by_id = ctx.api_version >= 13
         remaining = min(int(ctx.body.max_bytes), self.fetch_max_bytes)
+        isolation_level = _isolation_level(ctx)
         topics: dict[Any, list[tuple[Any, list[Piece]]]] = {}
         first_data = True
         for spec in specs:
@@ -170,7 +177,11 @@ class FetchApis:
                 result = ReadResult(spec.error)
             else:
                 result = self.replica_manager.read(
-                    spec.tp, spec.offset, min(spec.max_bytes, remaining), first_data
+                    spec.tp,
+                    spec.offset,
+                    min(spec.max_bytes, remaining),
+                    first_data,
+                    isolation_level,
                 )
             size = result.size
             if size:
@@ -181,9 +192,18 @@ class FetchApis:
                 partition_index=spec.partition,
                 error_code=result.error,
                 high_watermark=result.high_watermark,
-                last_stable_offset=result.high_watermark,
+                last_stable_offset=result.last_stable_offset,
                 log_start_offset=result.log_start_offset,
-                aborted_transactions=None,
+                aborted_transactions=None
+                if result.aborted_transactions is None
+                else tuple(
+                    ctx.make(
+                        "AbortedTransaction",
+                        producer_id=txn.producer_id,
+                        first_offset=txn.first_offset,
+                    )
+                    for txn in result.aborted_transactions
+                ),
                 preferred_read_replica=-1,
                 records=b"",
             )
@@ -209,10 +229,13 @@ class FetchApis:
         for topic in ctx.body.topics:
             parts = []
             describable = ctx.authorized(AclOperation.DESCRIBE, AclResourceType.TOPIC, topic.name)
+            isolation_level = _isolation_level(ctx)
             for p in topic.partitions:
                 error, offset, timestamp, epoch = (
                     self._offset_for(
-                        TopicPartition(topic.name, int(p.partition_index)), int(p.timestamp)
+                        TopicPartition(topic.name, int(p.partition_index)),
+                        int(p.timestamp),
+                        isolation_level,
                     )
                     if describable
                     else (ErrorCode.topic_authorization_failed, -1, -1, -1)
@@ -232,15 +255,26 @@ class FetchApis:
             )
         ctx.respond(ctx.make_response(topics=tuple(topics)))
 
-    def _offset_for(self, tp: TopicPartition, timestamp: int) -> tuple[ErrorCode, int, int, int]:
+    def _offset_for(
+        self, tp: TopicPartition, timestamp: int, isolation_level: int
+    ) -> tuple[ErrorCode, int, int, int]:
+        """(error, offset, timestamp, leader epoch) for one partition. As Kafka's
+        fetchOffsetForTimestamp: READ_COMMITTED's latest is the last stable offset, and a
+        record found by timestamp at or past it (past the high watermark otherwise) is not
+        answered."""
         try:
             partition = self.replica_manager.leader_partition(tp)
         except KafkaError as exc:
             return exc.code, -1, -1, -1
         log_ = partition.log
         epoch = partition.leader_epoch
+        fetchable = (
+            partition.last_stable_offset
+            if isolation_level == READ_COMMITTED
+            else partition.high_watermark
+        )
         if timestamp == LATEST_TIMESTAMP:
-            return ErrorCode.none, partition.high_watermark, -1, epoch
+            return ErrorCode.none, fetchable, -1, epoch
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return ErrorCode.none, log_.log_start_offset, -1, epoch
         if timestamp == LATEST_TIERED_TIMESTAMP:
@@ -249,6 +283,11 @@ class FetchApis:
             found = log_.max_timestamp()
         else:
             found = log_.offset_for_timestamp(timestamp)
-        if found is None:
+        if found is None or found[0] >= fetchable:
             return ErrorCode.none, -1, -1, epoch
         return ErrorCode.none, found[0], found[1], epoch
+
+
+def _isolation_level(ctx: RequestContext) -> int:
+    """The request's isolation level (ListOffsets v0 and v1 have none: READ_UNCOMMITTED)."""
+    return int(getattr(ctx.body, "isolation_level", 0))

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from broker.log.log import LogAppendInfo, Piece
+from broker.log.log import LogAppendInfo, Piece, next_offset_after
 from broker.log.log_config import LogConfigs
 from broker.log.log_manager import LogManager
 from broker.log.partition import Partition, TopicPartition
+from broker.log.producer_state import ProducerInfo
+from broker.log.transaction_index import AbortedTxn
 from broker.metadata.cache import MetadataCache
 from broker.utils.purgatory import DelayedOperationPurgatory
 from protocol.errors import ErrorCode, KafkaError
@@ -19,6 +21,10 @@ from protocol.record_validation import ValidationPolicy, validate_batches
 from protocol.records import InvalidRecordError, scan_batches
 
 log = structlog.get_logger(__name__)
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+"""Kafka's isolation levels (Fetch and ListOffsets ``isolation_level``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +63,12 @@ class ReadResult:
 
     error: ErrorCode = ErrorCode.none
     high_watermark: int = -1
+    last_stable_offset: int = -1
     log_start_offset: int = -1
     leader_epoch: int = -1
     views: list[Piece] = field(default_factory=list)
+    aborted_transactions: list[AbortedTxn] | None = None
+    """READ_COMMITTED: the aborted transactions the records read may hold."""
 
     @property
     def size(self) -> int:
@@ -237,6 +246,43 @@ class ReplicaManager:
                 f"min.isr requirement of {required} for partition {tp}",
             )
 
+    # transactions ----------------------------------------------------------------------
+    def write_txn_marker(
+        self,
+        tp: TopicPartition,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+    ) -> ErrorCode:
+        """Write a COMMIT or ABORT marker for the producer's transaction on a partition
+        this broker leads (WriteTxnMarkers). UNKNOWN_TOPIC_OR_PARTITION,
+        NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS (below ``min.insync.replicas``, as the
+        coordinator's acks=-1 append), INVALID_PRODUCER_EPOCH for a fenced producer epoch,
+        TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch, INVALID_REQUEST for a
+        negative producer id; parked fetches of the partition are woken (the last stable
+        offset may have moved)."""
+        try:
+            partition = self.leader_partition(tp)
+            self._check_min_isr(tp)
+            partition.append_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        except KafkaError as exc:
+            log.debug(
+                "transaction marker refused", partition=str(tp), error=exc.code.name,
+                reason=exc.message,
+            )
+            return exc.code
+        except ValueError as exc:  # a producer id or epoch no marker can carry
+            log.warning("transaction marker refused", partition=str(tp), reason=str(exc))
+            return ErrorCode.invalid_request
+        self.fetch_purgatory.check_and_complete(tp)
+        return ErrorCode.none
+
+    def producer_states(self, tp: TopicPartition) -> list[ProducerInfo]:
+        """The producers with state on a partition this broker leads (DescribeProducers);
+        KafkaError as :meth:`leader_partition` raises it."""
+        return self.leader_partition(tp).active_producers()
+
     # DeleteRecords ---------------------------------------------------------------------
     def delete_records(self, tp: TopicPartition, offset: int) -> tuple[ErrorCode, int]:
         """Move the log start offset of a partition this broker leads to ``offset`` (-1:
@@ -257,25 +303,43 @@ class ReplicaManager:
 
     # read ----------------------------------------------------------------------------
     def read(
-        self, tp: TopicPartition, offset: int, max_bytes: int, min_one_batch: bool
+        self,
+        tp: TopicPartition,
+        offset: int,
+        max_bytes: int,
+        min_one_batch: bool,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> ReadResult:
-        """Read whole batches from ``offset``; OFFSET_OUT_OF_RANGE outside the log."""
+        """Read whole batches from ``offset``, below the high watermark, or below the last
+        stable offset for READ_COMMITTED, which also collects the aborted transactions
+        from ``offset`` to the end of what was read (to the LSO when nothing was);
+        OFFSET_OUT_OF_RANGE outside the log. An offset between the LSO and the high
+        watermark reads nothing, as in Kafka."""
         try:
             partition = self.leader_partition(tp)
         except KafkaError as exc:
             return ReadResult(exc.code)
         log_ = partition.log
         hw = partition.high_watermark
+        lso = partition.last_stable_offset
         result = ReadResult(
             high_watermark=hw,
+            last_stable_offset=lso,
             log_start_offset=log_.log_start_offset,
             leader_epoch=partition.leader_epoch,
         )
         if offset < log_.log_start_offset or offset > log_.log_end_offset:
             result.error = ErrorCode.offset_out_of_range
             return result
-        if offset < hw and max_bytes > 0:
-            result.views = log_.read(offset, max_bytes, min_one_batch)
+        committed = isolation_level == READ_COMMITTED
+        bound = lso if committed else hw
+        if offset < bound and max_bytes > 0:
+            result.views = log_.read(offset, max_bytes, min_one_batch, lso if committed else None)
+        if committed:
+            upper = next_offset_after(result.views) if result.views else None
+            result.aborted_transactions = log_.collect_aborted_transactions(
+                offset, lso if upper is None else upper
+            )
         return result
 
 
