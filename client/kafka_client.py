@@ -14,6 +14,7 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 import structlog
@@ -23,7 +24,7 @@ from common.network.connection import BrokerConnection, BrokerConnectionError
 from common.network.security import AuthenticationError, client_ssl_context
 from protocol import api
 from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger(__name__)
 
@@ -36,6 +37,13 @@ class NoBrokersAvailable(ConnectionError):
 
 class RebootstrapRequired(ConnectionError):
     """A broker answered REBOOTSTRAP_REQUIRED; the client bootstrapped again."""
+
+
+class CoordinatorType(IntEnum):
+    """FindCoordinator's key types."""
+
+    GROUP = 0
+    TRANSACTION = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,11 +263,13 @@ class KafkaClient:
         api_key: int,
         build: Callable[[int], Any],
         extra_timeout_ms: int = 0,
+        max_version: int | None = None,
     ) -> Any:
         """Send ``build(version)`` to ``node_id`` (None: the least loaded broker).
 
         ``extra_timeout_ms`` lengthens this request's timeout beyond ``request.timeout.ms``
-        (a Fetch adds its ``max_wait_ms``, as Kafka's consumer does).
+        (a Fetch adds its ``max_wait_ms``, as Kafka's consumer does); ``max_version`` caps
+        the negotiated version.
         """
         self._close_idle()
         if node_id is None:
@@ -270,7 +280,7 @@ class KafkaClient:
             if node_id not in self.cluster.brokers:
                 raise NoBrokersAvailable(f"broker {node_id} is not in the cluster metadata")
             conn = await self.connection(node_id)
-        response = await conn.request(api_key, build, extra_timeout_ms)
+        response = await conn.request(api_key, build, extra_timeout_ms, max_version)
         if getattr(response, "error_code", None) == ErrorCode.rebootstrap_required:
             if self.config.metadata_recovery_strategy == "rebootstrap":
                 self.rebootstrap(f"{conn.address} answered REBOOTSTRAP_REQUIRED")
@@ -386,3 +396,34 @@ class KafkaClient:
         if meta is None or meta.leader < 0:
             raise LookupError(f"{topic}-{partition} has no leader")
         return meta.leader
+
+    async def find_coordinator(self, key_type: CoordinatorType, key: str) -> int:
+        """The id of the broker coordinating ``key`` (a group id or a transactional id),
+        asked of the least loaded broker with FindCoordinator; KafkaError with the answered
+        code when it names none (COORDINATOR_NOT_AVAILABLE while it is being elected)."""
+
+        def build(version: int) -> Any:
+            return api.make(  # v4+ asks for several keys at once: one here
+                api.request_class(ApiKey.FIND_COORDINATOR, version),
+                key=key,
+                key_type=int(key_type),
+                coordinator_keys=(key,),
+            )
+
+        response = await self.request(None, ApiKey.FIND_COORDINATOR, build)
+        found = response.coordinators[0] if hasattr(response, "coordinators") else response
+        code = found.error_code
+        if code != ErrorCode.none:
+            raise KafkaError(
+                code,
+                f"FindCoordinator({key_type.name} {key!r}): {found.error_message or code.name}",
+            )
+        node = int(found.node_id)
+        if node not in self.cluster.brokers:
+            await self.refresh_metadata()
+            if node not in self.cluster.brokers:
+                raise KafkaError(
+                    ErrorCode.coordinator_not_available,
+                    f"coordinator {node} of {key!r} is not in the cluster metadata",
+                )
+        return node

@@ -118,13 +118,17 @@ class BrokerConnection:
             for k in response.api_keys
         }
 
-    def version_for(self, api_key: int) -> int:
-        """The highest version both sides speak."""
+    def version_for(self, api_key: int, max_version: int | None = None) -> int:
+        """The highest version both sides speak (and at most ``max_version``: a client API
+        whose newer versions are another caller's, as AddPartitionsToTxn v4+ is the
+        brokers')."""
         ours = api.kio_versions(api_key)
         theirs = self.versions.get(api_key)
         if theirs is None or not ours:
             raise UnsupportedApi(f"{self.address} does not serve {api.API_NAMES.get(api_key)}")
         version = min(ours.stop, theirs.stop) - 1
+        if max_version is not None:
+            version = min(version, max_version)
         if version < max(ours.start, theirs.start):
             raise UnsupportedApi(
                 f"no common version of {api.API_NAMES.get(api_key)} with {self.address}"
@@ -132,10 +136,15 @@ class BrokerConnection:
         return version
 
     async def request(
-        self, api_key: int, build: Callable[[int], Any], extra_timeout_ms: int = 0
+        self,
+        api_key: int,
+        build: Callable[[int], Any],
+        extra_timeout_ms: int = 0,
+        max_version: int | None = None,
     ) -> Any:
-        """Send ``build(version)`` at the negotiated version; await its response."""
-        version = self.version_for(api_key)
+        """Send ``build(version)`` at the negotiated version (at most ``max_version``);
+        await its response."""
+        version = self.version_for(api_key, max_version)
         return await self._send(api_key, version, build(version), extra_timeout_ms)
 
     def send_no_response(self, api_key: int, build: Callable[[int], Any]) -> None:
