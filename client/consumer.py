@@ -11,6 +11,12 @@ times out leaves it going rather than cancelling requests on shared connections,
 ``poll`` takes its records. A round started by ``poll`` waits at most until that poll's
 deadline (``fetch.max.wait.ms`` at most), so no Fetch stays parked on a connection after.
 
+Control batches (transaction markers) are never records. With ``isolation.level``
+read_committed (``isolation_level=1``) the broker answers up to the last stable offset, with
+the transactions aborted in that range, ``(producer_id, first_offset)``; as Kafka's Fetcher
+does, a transactional batch of such a producer is dropped from its ``first_offset`` until
+that producer's ABORT marker.
+
 Leadership changes and lost connections (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION,
 any retriable error, a closed connection) mark the metadata stale: the next round refreshes
 it and fetches again after ``retry.backoff.ms``. What the client's metadata layer raises
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import heapq
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -28,13 +35,14 @@ from typing import Any
 
 import structlog
 
+from client.errors import IllegalStateError
 from client.kafka_client import KafkaClient
-from client.settings import CONSUMER_SETTINGS, read_settings
+from client.settings import CONSUMER_SETTINGS, ISOLATION_LEVELS, read_settings
 from common.network.connection import BrokerConnectionError
 from protocol import api
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import Record, iter_records, read_partial_batches
+from protocol.records import Record, end_txn_marker, iter_records, read_partial_batches
 
 log = structlog.get_logger(__name__)
 
@@ -48,11 +56,10 @@ MAX_TIMESTAMP = -3
 
 OFFSET_RESET_STRATEGIES = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP, "none": 0}
 
+READ_UNCOMMITTED = ISOLATION_LEVELS["read_uncommitted"]
+READ_COMMITTED = ISOLATION_LEVELS["read_committed"]
+
 TopicPartition = tuple[str, int]
-
-
-class IllegalStateError(RuntimeError):
-    """The call does not fit the consumer's state (nothing assigned, not assigned, closed)."""
 
 
 class NoOffsetForPartition(KafkaError):
@@ -214,7 +221,13 @@ class Consumer:
         max_partition_fetch_bytes: int = 1_048_576,
         auto_offset_reset: str = "earliest",
         retry_backoff_ms: int = 100,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> None:
+        if isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
+            raise ValueError(
+                f"isolation.level: {isolation_level!r} is not 0 (read_uncommitted) or "
+                "1 (read_committed)"
+            )
         if auto_offset_reset not in OFFSET_RESET_STRATEGIES:
             raise ValueError(
                 f"auto.offset.reset: {auto_offset_reset!r} is not one of "
@@ -240,6 +253,7 @@ class Consumer:
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
         self.auto_offset_reset = auto_offset_reset
         self.retry_backoff_ms = retry_backoff_ms
+        self.isolation_level = isolation_level
         self._positions: dict[TopicPartition, int | None] = {}
         self._resets: dict[TopicPartition, int] = {}  # pending ListOffsets timestamp
         self._fetched: dict[TopicPartition, _Fetched] = {}
@@ -425,7 +439,9 @@ class Consumer:
         pending = dict(self._resets)
         if not pending:
             return True
-        results = await list_offsets(self.client, pending, refresh=refresh)
+        results = await list_offsets(
+            self.client, pending, isolation_level=self.isolation_level, refresh=refresh
+        )
         fatal: list[KafkaError] = []
         for tp, result in results.items():
             if self._resets.get(tp) != pending[tp]:
@@ -528,7 +544,7 @@ class Consumer:
                 max_wait=datetime.timedelta(milliseconds=int(max_wait_ms)),
                 min_bytes=self.fetch_min_bytes,
                 max_bytes=self.fetch_max_bytes,
-                isolation_level=0,
+                isolation_level=self.isolation_level,
                 session_id=0,
                 session_epoch=-1,
                 topics=tuple(topics),
@@ -566,7 +582,7 @@ class Consumer:
                 error = part.error_code
                 if error == ErrorCode.none:
                     if part.records:
-                        self._keep(tp, offset, part.records)
+                        self._keep(tp, offset, part.records, part.aborted_transactions)
                 elif error == ErrorCode.offset_out_of_range:
                     out_of_range[tp] = offset
                 elif error.retriable:
@@ -595,18 +611,39 @@ class Consumer:
             raise fatal
         return healthy
 
-    def _keep(self, tp: TopicPartition, position: int, data: Any) -> None:
-        """Decode the whole batches of ``data`` from ``position`` on."""
+    def _keep(
+        self, tp: TopicPartition, position: int, data: Any, aborted_transactions: Any = None
+    ) -> None:
+        """Decode the whole batches of ``data`` from ``position`` on: not control batches,
+        and with read_committed not the batches of aborted transactions (Kafka's
+        CompletedFetch: a producer's transaction is aborted from the ``first_offset`` the
+        response lists until its ABORT marker)."""
         topic, partition = tp
         records: list[ConsumerRecord] = []
         next_offset = position
         view = memoryview(data)
+        read_committed = self.isolation_level == READ_COMMITTED
+        aborted = sorted(
+            (int(a.first_offset), int(a.producer_id)) for a in aborted_transactions or ()
+        )
+        aborted_producers: set[int] = set()
         for header in read_partial_batches(view):
+            skip = header.is_control  # transaction markers are not records
+            if read_committed and header.producer_id >= 0:
+                while aborted and aborted[0][0] <= header.last_offset:
+                    aborted_producers.add(heapq.heappop(aborted)[1])
+                if header.is_control:
+                    batch = view[header.position : header.position + header.size]
+                    marker = end_txn_marker(batch)
+                    if marker is not None and not marker.commit:
+                        aborted_producers.discard(header.producer_id)
+                elif header.is_transactional and header.producer_id in aborted_producers:
+                    skip = True
             if header.next_offset <= position:
                 continue
             next_offset = header.next_offset
-            if header.is_control:
-                continue  # transaction markers are not records
+            if skip:
+                continue
             decoded: Iterable[Record] = iter_records(
                 view[header.position : header.position + header.size]
             )
@@ -621,4 +658,4 @@ class Consumer:
         if records:
             self._fetched[tp] = _Fetched(records, 0, next_offset)
         elif next_offset > position:
-            self._positions[tp] = next_offset  # only control records: step over them
+            self._positions[tp] = next_offset  # only markers or aborted batches: step over

@@ -1,5 +1,5 @@
 """The idempotent producer's state: the idempotence half of Kafka's TransactionManager
-(transactions are not implemented).
+(the transactional half is :mod:`client.transaction_manager`).
 
 With ``enable.idempotence`` the sender gets a producer id (InitProducerId) before the first
 Produce and numbers each partition's batches (``base_sequence``, wrapping at 2**31 - 1). A
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import structlog
@@ -36,6 +36,28 @@ _INIT_RETRIABLE = RETRIABLE_ERRORS | {
     ErrorCode.coordinator_load_in_progress,
     ErrorCode.concurrent_transactions,
 }
+
+
+def init_producer_id_request(
+    transactional_id: str | None,
+    transaction_timeout_ms: int,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+) -> Callable[[int], Any]:
+    """InitProducerId's builder: an idempotent producer's (no transactional id), or a
+    transactional one's, which may name its current id and epoch to have the epoch bumped
+    (KIP-360)."""
+
+    def build(version: int) -> Any:
+        return api.make(
+            api.request_class(ApiKey.INIT_PRODUCER_ID, version),
+            transactional_id=transactional_id,
+            transaction_timeout=datetime.timedelta(milliseconds=transaction_timeout_ms),
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+        )
+
+    return build
 
 
 def seq_before(a: int, b: int) -> bool:
@@ -62,11 +84,23 @@ class IdempotenceManager:
         self._next_sequence[tp] = (sequence + records) % _SEQUENCE_MODULUS
         return sequence
 
-    def handle_failed_batch(self, batch: ProducerBatch) -> None:
-        """A batch failed for good: if it had a sequence, its partition's sequences now have
-        a gap, so continue under a new producer id."""
+    def handle_failed_batch(self, batch: ProducerBatch, error: BaseException) -> BaseException:
+        """A batch failed for good (with ``error``): if it had a sequence, its partition's
+        sequences now have a gap, so continue under a new producer id. Returns what the
+        batch's records fail with."""
         if batch.sequence is not None:
             self.needs_new_producer_id = True
+        return error
+
+    def set_producer_id(self, response: Any) -> None:
+        """Take the producer id and epoch of an InitProducerId answer; sequences start over."""
+        self.producer_id = int(response.producer_id)
+        self.producer_epoch = int(response.producer_epoch)
+        self._next_sequence.clear()
+        self.needs_new_producer_id = False
+        log.debug(
+            "producer id assigned", producer_id=self.producer_id, producer_epoch=self.producer_epoch
+        )
 
     def reset_producer_id(self, queued: Iterable[Iterable[ProducerBatch]]) -> None:
         """Forget the producer id and sequences; ``queued`` batches (retries) get new ones
@@ -91,15 +125,7 @@ class IdempotenceManager:
         """InitProducerId, retried up to ``retries`` times; raises the error that stopped
         it."""
 
-        def build(version: int) -> Any:
-            return api.make(
-                api.request_class(ApiKey.INIT_PRODUCER_ID, version),
-                transactional_id=None,
-                transaction_timeout=datetime.timedelta(milliseconds=60_000),
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-
+        build = init_producer_id_request(None, 60_000)
         attempt = 0
         while True:
             error: BaseException
@@ -112,13 +138,7 @@ class IdempotenceManager:
             else:
                 code = response.error_code
                 if code is ErrorCode.none:
-                    self.producer_id = int(response.producer_id)
-                    self.producer_epoch = int(response.producer_epoch)
-                    log.debug(
-                        "producer id assigned",
-                        producer_id=self.producer_id,
-                        producer_epoch=self.producer_epoch,
-                    )
+                    self.set_producer_id(response)
                     return
                 error = KafkaError(code, f"InitProducerId: {code.name}")
                 if code not in _INIT_RETRIABLE:

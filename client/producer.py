@@ -5,19 +5,31 @@ the open batch of that partition (:mod:`client.record_accumulator`), returning a
 future; the sender task (:mod:`client.sender`) delivers the batches, with
 ``enable.idempotence`` under a producer id and per-partition sequences
 (:mod:`client.idempotence`); retriable errors and backoff are
-:mod:`client.producer_retry`'s. This module is the facade: configuration, topic
-metadata lookups, ``send``, ``flush`` and ``close``.
+:mod:`client.producer_retry`'s. With ``transactional.id`` the producer is transactional
+(:mod:`client.transaction_manager`): ``init_transactions``, ``begin_transaction``,
+``send_offsets_to_transaction``, ``commit_transaction`` and ``abort_transaction``, named as
+Kafka's Java producer names them. This module is the facade: configuration, topic metadata
+lookups, ``send``, ``flush``, the transactional calls and ``close``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import structlog
 
+from client.errors import (
+    AbortableTransactionError,
+    FatalTransactionError,
+    IllegalStateError,
+    ProducerFencedError,
+    TransactionAbortedError,
+    TransactionalIdAuthorizationError,
+)
 from client.idempotence import IdempotenceManager
 from client.kafka_client import KafkaClient, NoBrokersAvailable, PartitionMetadata
 from client.partitioner import BuiltInPartitioner, default_partition, murmur2
@@ -26,10 +38,30 @@ from client.producer_retry import RETRIABLE_ERRORS, ExponentialBackoff
 from client.record_accumulator import RecordAccumulator
 from client.sender import Sender
 from client.settings import PRODUCER_SETTINGS, read_settings
+from client.transaction_manager import (
+    DEFAULT_MAX_BLOCK_MS,
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    TransactionManager,
+)
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import BATCH_HEADER_SIZE
 
-__all__ = ("Producer", "RecordMetadata", "default_partition", "murmur2")
+__all__ = (
+    "AbortableTransactionError",
+    "ConsumerGroupMetadata",
+    "FatalTransactionError",
+    "IllegalStateError",
+    "OffsetAndMetadata",
+    "Producer",
+    "ProducerFencedError",
+    "RecordMetadata",
+    "TransactionAbortedError",
+    "TransactionalIdAuthorizationError",
+    "default_partition",
+    "murmur2",
+)
 
 log = structlog.get_logger(__name__)
 
@@ -48,13 +80,21 @@ class Producer:
         acks: int = -1,
         linger_ms: float = 5,
         batch_size: int = 1_048_576,
-        enable_idempotence: bool = False,
+        enable_idempotence: bool | None = None,
         retries: int = 5,
         retry_backoff_ms: int = 100,
         max_in_flight: int = 5,
         delivery_timeout_ms: int = DEFAULT_DELIVERY_TIMEOUT_MS,
         buffer_memory: int = DEFAULT_BUFFER_MEMORY,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        max_block_ms: int = DEFAULT_MAX_BLOCK_MS,
     ) -> None:
+        if transactional_id is not None:
+            if enable_idempotence is False:
+                raise ValueError("a transactional producer needs enable.idempotence=true")
+            enable_idempotence = True
+        enable_idempotence = bool(enable_idempotence)
         if acks not in (-1, 0, 1):
             raise ValueError(f"acks must be -1 (all), 0 or 1, not {acks}")
         if linger_ms < 0 or batch_size <= BATCH_HEADER_SIZE or retries < 0 or max_in_flight < 1:
@@ -76,6 +116,18 @@ class Producer:
         self._retries = retries
         self._max_in_flight = max_in_flight
         self._backoff = ExponentialBackoff(retry_backoff_ms)
+        self._transactions = (
+            TransactionManager(
+                client,
+                transactional_id,
+                transaction_timeout_ms=transaction_timeout_ms,
+                max_block_ms=max_block_ms,
+                backoff=self._backoff,
+            )
+            if transactional_id is not None
+            else None
+        )
+        idempotence = self._transactions or (IdempotenceManager() if enable_idempotence else None)
         self._partitioner = BuiltInPartitioner()
         self._accumulator = RecordAccumulator(
             self._partitioner,
@@ -86,7 +138,7 @@ class Producer:
         self._sender = Sender(
             client,
             self._accumulator,
-            IdempotenceManager() if enable_idempotence else None,
+            idempotence,
             self._backoff,
             acks=acks,
             retries=retries,
@@ -101,7 +153,8 @@ class Producer:
     def from_config(cls, client: KafkaClient) -> Producer:
         """A producer configured from the Kafka producer keys in ``client.config.extra``:
         acks, linger.ms, batch.size, enable.idempotence, retries, retry.backoff.ms,
-        max.in.flight.requests.per.connection, delivery.timeout.ms, buffer.memory."""
+        max.in.flight.requests.per.connection, delivery.timeout.ms, buffer.memory,
+        transactional.id, transaction.timeout.ms, max.block.ms."""
         return cls(client, **read_settings(client.config.extra, PRODUCER_SETTINGS))
 
     async def __aenter__(self) -> Producer:
@@ -121,9 +174,14 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> asyncio.Future[RecordMetadata]:
         """Append a record; the future resolves when it is acknowledged (acks=0: once it is
-        written, with offset -1) or fails with the error that stopped it."""
+        written, with offset -1) or fails with the error that stopped it. A transactional
+        producer sends only inside a transaction (IllegalStateError otherwise; the
+        transaction's error once it must be aborted or the producer is fenced)."""
         if self._sender.closing:
             raise RuntimeError("cannot send: the producer is closed")
+        transactions = self._transactions
+        if transactions is not None:
+            transactions.check_send()
         loop = self._loop or self._start()
         future: asyncio.Future[RecordMetadata] = loop.create_future()
         parts: Mapping[int, PartitionMetadata] | None = self._client.cluster.topics.get(topic)
@@ -131,6 +189,8 @@ class Producer:
             try:
                 parts = await self._wait_for_partitions(topic, partition)
             except Exception as exc:
+                if transactions is not None and isinstance(exc, KafkaError):
+                    transactions.abortable(exc)  # a record of the transaction is lost
                 future.set_exception(exc)
                 return future
         if self._accumulator.buffer_full:
@@ -143,6 +203,8 @@ class Producer:
             partition = self._partitioner.partition(topic, key, parts)
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
+        if transactions is not None:  # the state may have changed while this send waited
+            transactions.maybe_add_partition((topic, partition))
         appended = self._accumulator.append(
             topic, partition, key, value, headers, timestamp_ms, future, loop
         )
@@ -177,10 +239,25 @@ class Producer:
         await self._accumulator.flush(self._sender.wakeup)
 
     async def close(self) -> None:
-        """Flush, then stop the sender. The client stays open (it is shared)."""
+        """Flush, then stop the sender. The client stays open (it is shared). An open
+        transaction is aborted first, as Kafka's producer does."""
         if self._sender.closed:
             return
         self._sender.initiate_close()
+        transactions = self._transactions
+        if transactions is not None and transactions.has_open_transaction:
+            log.info(
+                "aborting the open transaction: the producer is closing",
+                transactional_id=transactions.transactional_id,
+            )
+            try:
+                await self.abort_transaction()
+            except Exception as exc:
+                log.warning(
+                    "the open transaction was not aborted",
+                    transactional_id=transactions.transactional_id,
+                    error=repr(exc),
+                )
         try:
             await self.flush()
         finally:
@@ -190,6 +267,70 @@ class Producer:
                     task.cancel()
             if self._accumulator.incomplete:  # only when close itself was interrupted
                 self._sender.fail_all(RuntimeError("the producer was closed"))
+
+    # transactions ----------------------------------------------------------------------------
+    def _transactional(self) -> TransactionManager:
+        if self._transactions is None:
+            raise IllegalStateError(
+                "transactional calls need a transactional producer: set transactional.id"
+            )
+        return self._transactions
+
+    async def init_transactions(self) -> None:
+        """Register ``transactional.id`` with its transaction coordinator, once, before any
+        other transactional call: this fences every earlier producer of the id and completes
+        (aborts) a transaction it left open."""
+        await self._transactional().init_transactions()
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: records sent from now until commit or abort belong to it.
+        (No request: partitions join the transaction as records are sent to them.)"""
+        self._transactional().begin_transaction()
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[tuple[str, int], int | OffsetAndMetadata],
+        group_metadata_or_group_id: ConsumerGroupMetadata | str,
+    ) -> None:
+        """Commit ``offsets`` ({(topic, partition): next offset to read}) for the consumer
+        group as part of the transaction: they take effect only if it commits. Pass the
+        consuming member's :class:`ConsumerGroupMetadata` (generation and member id, KIP-447)
+        so offsets of a member that left the group are refused, or just the group id."""
+        await self._transactional().send_offsets(offsets, group_metadata_or_group_id)
+
+    async def commit_transaction(self) -> None:
+        """Send every record of the transaction, then commit it (EndTxn). Raises
+        AbortableTransactionError when a record or the offsets failed: abort then. May be
+        called again after a TimeoutError."""
+        transactions = self._transactional()
+        transactions.begin_commit()
+        await self.flush()
+        await transactions.end_transaction(commit=True)
+
+    async def abort_transaction(self) -> None:
+        """Abort the transaction: records not sent yet fail with TransactionAbortedError,
+        those in flight are awaited, then the coordinator aborts it (EndTxn). May be called
+        again after a TimeoutError."""
+        transactions = self._transactional()
+        transactions.begin_abort()
+        if self._loop is not None:
+            self._sender.abort_undrained()
+            await self._accumulator.flush(self._sender.wakeup)
+        await transactions.end_transaction(commit=False)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Producer]:
+        """``async with producer.transaction():`` begins a transaction, commits it when the
+        block ends, and aborts it when the block raises."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            transactions = self._transactional()
+            if not transactions.is_fatal:
+                await self.abort_transaction()
+            raise
+        await self.commit_transaction()
 
     def _start(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()

@@ -14,6 +14,11 @@ An error of the client's metadata layer
 (:class:`~client.kafka_client.NoBrokersAvailable`) fails every queued future with that
 error. When idempotent, retries go out in sequence order, behind any earlier batch of the
 partition still unanswered.
+
+When transactional (:mod:`client.transaction_manager`), a partition's batches wait until
+AddPartitionsToTxn added it to the transaction (sent here, before draining, as Kafka's
+sender does), go out marked transactional, and fail at once once the transaction must be
+aborted or is being aborted.
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ from typing import Any
 
 import structlog
 
+from client.errors import TransactionAbortedError
 from client.idempotence import IdempotenceManager, seq_before
 from client.kafka_client import KafkaClient, NoBrokersAvailable
 from client.producer_batch import ProducerBatch, TopicPartition
 from client.producer_retry import RETRIABLE_ERRORS, ExponentialBackoff
 from client.record_accumulator import RecordAccumulator
+from client.transaction_manager import TransactionManager
 from protocol import api
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
@@ -52,7 +59,8 @@ def _append_ms(value: datetime.datetime | None) -> int | None:
 
 class Sender:
     """Drains the accumulator to the partition leaders and completes the batches
-    (``idempotence`` is None unless ``enable.idempotence``)."""
+    (``idempotence`` is None unless ``enable.idempotence``; a TransactionManager when
+    transactional)."""
 
     def __init__(
         self,
@@ -69,6 +77,10 @@ class Sender:
         self._client = client
         self._accumulator = accumulator
         self._idempotence = idempotence
+        self._transactions = idempotence if isinstance(idempotence, TransactionManager) else None
+        self._transactional_id = (
+            self._transactions.transactional_id if self._transactions is not None else None
+        )
         self._backoff = backoff
         self._acks = acks
         self._retries = retries
@@ -151,12 +163,23 @@ class Sender:
         loop = self._loop
         accumulator = self._accumulator
         idempotence = self._idempotence
+        transactions = self._transactions
         try:
             while True:
                 if self._closed and not accumulator.incomplete and not self._inflight_total:
                     return
                 self._woken = False
-                if idempotence is not None and accumulator.has_undrained():
+                if transactions is not None and accumulator.has_undrained():
+                    if transactions.error is not None:
+                        self._fail_queued(transactions.error)
+                        continue
+                    if transactions.is_aborting:
+                        self._fail_queued(TransactionAbortedError())
+                        continue
+                    if transactions.has_pending_partitions:
+                        await transactions.add_partitions()
+                        continue
+                elif idempotence is not None and accumulator.has_undrained():
                     if idempotence.needs_new_producer_id:
                         if self._inflight_total:
                             await self._sleep(None)
@@ -180,6 +203,9 @@ class Sender:
             self.fail_all(exc)
 
     def _may_send(self, tp: TopicPartition, batch: ProducerBatch) -> bool:
+        # transactions: once the partition is in the transaction
+        if self._transactions is not None and not self._transactions.may_send(tp):
+            return False
         # idempotence: a retry goes out once everything before it was answered, in order
         return not (self._idempotence is not None and batch.attempts and self._inflight_tp.get(tp))
 
@@ -264,6 +290,7 @@ class Sender:
                 producer_id=idempotence.producer_id,
                 producer_epoch=idempotence.producer_epoch,
                 base_sequence=sequence,
+                is_transactional=self._transactions is not None,
             )
         else:
             batch.data = build_batch(batch.records)
@@ -287,14 +314,14 @@ class Sender:
             by_topic.setdefault(batch.topic, []).append(batch)
         topic_ids = self._client.cluster.topic_ids
         id_names = {topic_ids[t]: t for t in by_topic if t in topic_ids}
-        acks, timeout = self._acks, self._timeout
+        acks, timeout, transactional_id = self._acks, self._timeout, self._transactional_id
 
         def build(version: int) -> Any:
             module = api.request_module(ApiKey.PRODUCE, version)
             by_id = version >= 13
             return api.make(
                 api.request_class(ApiKey.PRODUCE, version),
-                transactional_id=None,
+                transactional_id=transactional_id,
                 acks=acks,
                 timeout=timeout,
                 topic_data=tuple(
@@ -417,9 +444,9 @@ class Sender:
         self._accumulator.deallocate(batch)
 
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
-        batch.fail(error)
         if self._idempotence is not None:
-            self._idempotence.handle_failed_batch(batch)
+            error = self._idempotence.handle_failed_batch(batch, error)
+        batch.fail(error)
         self._accumulator.deallocate(batch)
 
     def _fail_queued(self, error: BaseException) -> None:
@@ -427,6 +454,10 @@ class Sender:
         for queue in self._accumulator.batches.values():
             while queue:
                 self._fail(queue.popleft(), error)
+
+    def abort_undrained(self) -> None:
+        """Fail every batch not sent yet: its transaction is being aborted."""
+        self._fail_queued(TransactionAbortedError())
 
     def fail_all(self, error: BaseException) -> None:
         """Fail every batch, in flight or not."""

@@ -48,6 +48,19 @@ def as_lower(value: Any) -> str:
     return str(value).strip().lower()
 
 
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
+
+
+def as_isolation_level(value: Any) -> int:
+    """``read_uncommitted`` or ``read_committed`` (also 0 or 1) -> 0 or 1."""
+    text = str(value).strip().lower()
+    if text in ISOLATION_LEVELS:
+        return ISOLATION_LEVELS[text]
+    if text in ("0", "1"):
+        return int(text)
+    raise ValueError(f"isolation.level: {value!r} is not one of {', '.join(ISOLATION_LEVELS)}")
+
+
 PRODUCER_SETTINGS: tuple[Setting, ...] = (
     Setting("acks", "acks", as_acks),
     Setting("linger.ms", "linger_ms", float),
@@ -58,6 +71,9 @@ PRODUCER_SETTINGS: tuple[Setting, ...] = (
     Setting("max.in.flight.requests.per.connection", "max_in_flight", int),
     Setting("delivery.timeout.ms", "delivery_timeout_ms", int),
     Setting("buffer.memory", "buffer_memory", int),
+    Setting("transactional.id", "transactional_id", str),
+    Setting("transaction.timeout.ms", "transaction_timeout_ms", int),
+    Setting("max.block.ms", "max_block_ms", int),
 )
 
 CONSUMER_SETTINGS: tuple[Setting, ...] = (
@@ -67,6 +83,7 @@ CONSUMER_SETTINGS: tuple[Setting, ...] = (
     Setting("max.partition.fetch.bytes", "max_partition_fetch_bytes", int),
     Setting("retry.backoff.ms", "retry_backoff_ms", int),
     Setting("auto.offset.reset", "auto_offset_reset", as_lower),
+    Setting("isolation.level", "isolation_level", as_isolation_level),
 )
 
 
