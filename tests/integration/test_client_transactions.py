@@ -103,13 +103,15 @@ async def kplane_read(
     expected: int,
     partitions: int = 1,
     settle_s: float = 0.5,
+    timeout_s: float = 20,
 ) -> list[bytes | None]:
-    """Values kplane's consumer returns at ``isolation_level``, read as ``confluent_read``."""
+    """Values kplane's consumer returns at ``isolation_level``, read as ``confluent_read``
+    (for at most ``timeout_s``)."""
     consumer = Consumer(client, isolation_level=isolation_level, fetch_max_wait_ms=100)
     consumer.assign([(topic, p) for p in range(partitions)])
     values: list[bytes | None] = []
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + 20
+    deadline = loop.time() + timeout_s
     settle: float | None = None
     try:
         while loop.time() < deadline:
@@ -259,7 +261,7 @@ async def test_kplane_consumer_isolation_levels_with_interleaved_transactions(
         await a.send_and_wait(topic, b"a2")
         await b.send_and_wait(topic, b"b2")
         # the open transactions hold read_committed back at the first one's first offset
-        assert await kplane_read(client, topic, READ_COMMITTED, 1, settle_s=0) == []
+        assert await kplane_read(client, topic, READ_COMMITTED, 1, timeout_s=1) == []
         assert await kplane_read(client, topic, READ_UNCOMMITTED, 4) == [
             b"a1",
             b"b1",
