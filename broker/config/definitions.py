@@ -498,7 +498,27 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     # Transactions and idempotence
     ConfigDef("transactional.id.expiration.ms", T.INT, 604800000,
               "A transactional id without transaction updates for this long expires.",
-              H, RO, at_least(1), honoured=False),
+              H, RO, at_least(1)),
+    ConfigDef("transaction.max.timeout.ms", T.INT, 900000,
+              "Largest transaction.timeout.ms a producer may ask for (larger: "
+              "INVALID_TRANSACTION_TIMEOUT).", H, RO, at_least(1)),
+    ConfigDef("transaction.state.log.num.partitions", T.INT, 50,
+              "Partitions of __transaction_state: transactional ids map to them, and "
+              "their coordinators with them.", H, RO, at_least(1)),
+    ConfigDef("transaction.state.log.replication.factor", T.SHORT, 3,
+              "Replication factor of __transaction_state (kplane keeps transaction state "
+              "in the metadata store).", H, RO, at_least(1), honoured=False),
+    ConfigDef("transaction.state.log.min.isr", T.INT, 2,
+              "min.insync.replicas of __transaction_state (kplane keeps transaction state "
+              "in the metadata store).", H, RO, at_least(1), honoured=False),
+    ConfigDef("transaction.state.log.segment.bytes", T.INT, 104857600,
+              "Segment size of __transaction_state (kplane keeps transaction state in the "
+              "metadata store).", H, RO, at_least(1), honoured=False),
+    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", T.INT, 10000,
+              "How often transactions open past their timeout are looked for and aborted.",
+              L, RO, at_least(1)),
+    ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, 3600000,
+              "How often expired transactional ids are removed.", L, RO, at_least(1)),
     ConfigDef("producer.id.expiration.ms", T.INT, 86400000,
               "A producer id without writes for this long is forgotten.",
               L, CLUSTER, at_least(1), honoured=False),

@@ -1,208 +1,22 @@
 """ControllerChannelManager: the controller's connections to every live broker.
 
-As Kafka's: one connection and one queue per broker, one request in flight per broker, sent
-to the broker's ``control.plane.listener.name`` endpoint when the controller has one, else
-to its inter-broker listener (KIP-291, "How can a controller learn about the dedicated
-endpoints"). The connections run on one asyncio loop in their own thread; a broker that
-cannot be reached is retried with backoff until it is removed.
+Sent to each broker's ``control.plane.listener.name`` endpoint when the controller has one,
+else to its inter-broker listener (KIP-291, "How can a controller learn about the dedicated
+endpoints").
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Callable
-from typing import Any
-
-import structlog
-
-from broker.config.endpoint import EndPoint, SecurityProtocol
 from broker.config.kafka_config import KafkaConfig
-from broker.controller.requests import Build
-from broker.metadata.kafka_store import BrokerRegistration
-from common.network.config import ClientConfig
-from common.network.connection import BrokerConnection
-from common.network.security import client_ssl_context
-from protocol import api
-
-log = structlog.get_logger(__name__)
-
-Callback = Callable[[Any | None, Exception | None], None]
-RETRY_BACKOFF_S = 0.2
-REQUEST_TIMEOUT_MS = 30_000
+from broker.network.broker_channels import BrokerChannelManager
 
 
-def client_config_for(config: KafkaConfig, listener: str, endpoint: EndPoint) -> ClientConfig:
-    """How this broker, as a client, reaches ``listener`` of another broker: the listener's
-    security protocol, its truststore (and keystore for mutual TLS), and for SASL the
-    ``username``/``password`` of the listener's login context for
-    ``sasl.mechanism.inter.broker.protocol``."""
-    protocol = endpoint.security_protocol
-    props = {
-        "bootstrap.servers": f"{endpoint.host}:{endpoint.port}",
-        "security.protocol": protocol.value,
-        "client.id": f"controller-{config.broker_id}",
-    }
-    if protocol in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL):
-        for key in (
-            "ssl.truststore.location",
-            "ssl.truststore.type",
-            "ssl.truststore.password",
-            "ssl.keystore.location",
-            "ssl.keystore.type",
-            "ssl.keystore.password",
-            "ssl.key.password",
-            "ssl.endpoint.identification.algorithm",
-        ):
-            value = config.listener_get(listener, key)
-            if value is not None:
-                text = getattr(value, "value", value)
-                props[key] = str(text)
-    if protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
-        mechanism = config.get_str("sasl.mechanism.inter.broker.protocol")
-        jaas = config.sasl_jaas_config(listener, mechanism)
-        props["sasl.mechanism"] = mechanism
-        if jaas is not None:
-            props["sasl.jaas.config"] = getattr(jaas, "value", jaas)
-    return ClientConfig.from_properties(props)
-
-
-class _BrokerChannel:
-    """One broker's queue and connection; a task sends its requests one at a time."""
-
-    def __init__(self, registration: BrokerRegistration, endpoint: EndPoint, config: ClientConfig):
-        self.registration = registration
-        self.endpoint = endpoint
-        self.config = config
-        # Loaded once per channel, not on every reconnect.
-        self.ssl_context = client_ssl_context(config) if config.uses_ssl else None
-        self.sasl = config.sasl_credentials() if config.uses_sasl else None
-        self.queue: asyncio.Queue[tuple[int, Build, Callback | None]] = asyncio.Queue()
-        self.connection: BrokerConnection | None = None
-        self.task: asyncio.Task[None] | None = None
-
-    async def run(self) -> None:
-        while True:
-            api_key, build, callback = await self.queue.get()
-            response, error = await self._send(api_key, build)
-            if callback is not None:
-                callback(response, error)
-
-    async def _send(self, api_key: int, build: Build) -> tuple[Any | None, Exception | None]:
-        while True:
-            try:
-                connection = await self._connect()
-                return await connection.request(api_key, build), None
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning(
-                    "controller request failed, retrying",
-                    broker=self.registration.broker_id,
-                    endpoint=f"{self.endpoint.host}:{self.endpoint.port}",
-                    api=api.API_NAMES.get(api_key),
-                    error=str(exc) or type(exc).__name__,
-                )
-                self.close()
-                await asyncio.sleep(RETRY_BACKOFF_S)
-
-    async def _connect(self) -> BrokerConnection:
-        if self.connection is not None and not self.connection.closed:
-            return self.connection
-        config = self.config
-        connection = BrokerConnection(
-            self.endpoint.host,
-            self.endpoint.port,
-            config.client_id,
-            REQUEST_TIMEOUT_MS,
-            ssl_context=self.ssl_context,
-            sasl=self.sasl,
-        )
-        await connection.connect(config.request_timeout_ms / 1000.0)
-        self.connection = connection
-        return connection
-
-    def close(self) -> None:
-        if self.connection is not None:
-            self.connection.close(None)
-            self.connection = None
-
-
-class ControllerChannelManager:
+class ControllerChannelManager(BrokerChannelManager):
     """Queues the controller's requests to each broker and sends them in order."""
 
     def __init__(self, config: KafkaConfig) -> None:
-        self.config = config
-        self.listener = config.control_plane_listener_name or config.inter_broker_listener_name
-        self._channels: dict[int, _BrokerChannel] = {}
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="controller-channel-manager", daemon=True
+        super().__init__(
+            config,
+            config.control_plane_listener_name or config.inter_broker_listener_name,
+            "controller",
         )
-        self._thread.start()
-
-    def _call(self, fn: Callable[[], Any]) -> None:
-        self._loop.call_soon_threadsafe(fn)
-
-    def add_broker(self, registration: BrokerRegistration) -> None:
-        """Open a channel to a live broker (its registration names the endpoint)."""
-        endpoint = registration.endpoint(self.listener)
-        if endpoint is None:
-            log.warning(
-                "broker has no endpoint for the controller's listener",
-                broker=registration.broker_id,
-                listener=self.listener,
-            )
-            return
-        config = client_config_for(self.config, self.listener, endpoint)
-
-        def add() -> None:
-            old = self._channels.pop(registration.broker_id, None)
-            if old is not None:
-                self._stop(old)
-            channel = _BrokerChannel(registration, endpoint, config)
-            channel.task = self._loop.create_task(channel.run())
-            self._channels[registration.broker_id] = channel
-
-        self._call(add)
-
-    def remove_broker(self, broker_id: int) -> None:
-        """Drop a dead broker's channel and the requests queued for it."""
-
-        def remove() -> None:
-            channel = self._channels.pop(broker_id, None)
-            if channel is not None:
-                self._stop(channel)
-
-        self._call(remove)
-
-    @staticmethod
-    def _stop(channel: _BrokerChannel) -> None:
-        if channel.task is not None:
-            channel.task.cancel()
-        channel.close()
-
-    def send(
-        self, broker_id: int, api_key: int, build: Build, callback: Callback | None = None
-    ) -> None:
-        """Queue a request for ``broker_id`` (dropped if the broker has no channel)."""
-
-        def enqueue() -> None:
-            channel = self._channels.get(broker_id)
-            if channel is not None:
-                channel.queue.put_nowait((api_key, build, callback))
-
-        self._call(enqueue)
-
-    def shutdown(self) -> None:
-        """Close every connection and stop the loop."""
-
-        def stop() -> None:
-            for channel in self._channels.values():
-                self._stop(channel)
-            self._channels.clear()
-            self._loop.call_later(0.05, self._loop.stop)
-
-        if not self._loop.is_closed():
-            self._call(stop)
-            self._thread.join(timeout=5)

@@ -5,12 +5,13 @@ for any version from one description of the cluster (``api.make`` drops what a v
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from broker.config.endpoint import SecurityProtocol
 from broker.metadata.kafka_store import BrokerRegistration
+from broker.network.broker_channels import Build
 from protocol import api
 from protocol.api_keys import ApiKey
 
@@ -41,8 +42,6 @@ class PartitionState:
         """Bumped with every state change the controller makes (kplane: the leader epoch)."""
         return self.leader_epoch
 
-
-Build = Callable[[int], Any]
 
 
 def _partition_state(cls: type[Any], s: PartitionState, controller_epoch: int) -> Any:

@@ -1053,6 +1053,59 @@ class GroupCoordinator:
             return ErrorCode.unknown_member_id
         return None
 
+    def commit_txn_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: offsets pending until the producer's transaction ends. As
+        OffsetCommit, a member of the group must name its generation (KIP-447); an unknown
+        group is created, as Kafka does for a producer committing for a standalone
+        consumer."""
+        errors = self._offsets.unknown_partitions(offsets)
+        valid = {tp: om for tp, om in offsets.items() if tp not in errors}
+        if not valid:
+            return errors
+        group = self._get_or_create_group(group_id, create=True)
+        assert group is not None
+        with group.lock:
+            error: ErrorCode | None = None
+            if group.is_(GroupState.DEAD):
+                error = ErrorCode.coordinator_not_available
+            elif generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID:
+                error = self._validate_current_member(group, member_id, group_instance_id)
+                if error is None and generation_id != group.generation_id:
+                    error = ErrorCode.illegal_generation
+            if error is not None:
+                return {**errors, **dict.fromkeys(valid, error)}
+            errors.update(self._offsets.store_txn_offsets(group, producer_id, valid))
+        return errors
+
+    def complete_txn(
+        self, producer_id: int, commit: bool, in_partition: Callable[[str], bool]
+    ) -> None:
+        """A transaction marker for a ``__consumer_offsets`` partition: the producer's
+        pending offsets of the groups mapped to it (``in_partition(group_id)``) become
+        committed, or are dropped on abort."""
+        candidates = set(self._offsets.stored_group_ids()) | {
+            g.group_id for g in self._all_groups() if g.pending_txn_offsets
+        }
+        for group_id in sorted(g for g in candidates if in_partition(g)):
+            group = self._get_or_create_group(group_id, create=True)
+            assert group is not None
+            with group.lock:
+                if self._offsets.complete_txn_offsets(group, producer_id, commit):
+                    log.debug(
+                        "transactional offsets completed",
+                        group=group_id,
+                        producer_id=producer_id,
+                        commit=commit,
+                    )
+
     def fetch_offsets(
         self,
         group_id: str,
@@ -1065,7 +1118,9 @@ class GroupCoordinator:
         partitions answer offset -1."""
         with self._deferring():
             group = self._get_group(group_id)
-            self._defer(callback, self._offsets.get_offsets(group_id, group, partitions))
+            self._defer(
+                callback, self._offsets.get_offsets(group_id, group, partitions, require_stable)
+            )
 
     def delete_offsets(
         self,

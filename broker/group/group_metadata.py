@@ -227,6 +227,10 @@ class GroupMetadata:
     num_members_awaiting_join: int = 0
     new_member_added: bool = False
     offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
+    pending_txn_offsets: dict[int, dict[TopicPartition, OffsetAndMetadata]] = field(
+        default_factory=dict
+    )
+    """Offsets committed in transactions not yet completed, by producer id (KIP-98)."""
     subscribed_topics: set[str] | None = None
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     # Timer bookkeeping owned by the coordinator.

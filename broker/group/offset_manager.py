@@ -47,6 +47,14 @@ class OffsetStore(Protocol):
 
     def groups_with_offsets(self) -> list[str]: ...
 
+    def write_pending_txn_offsets(self, group_id: str, producer_id: int, data: bytes) -> None: ...
+
+    def read_pending_txn_offsets(self, group_id: str) -> dict[int, bytes]: ...
+
+    def complete_pending_txn_offsets(
+        self, group_id: str, producer_id: int, offsets: Mapping[tuple[str, int], bytes]
+    ) -> None: ...
+
 
 def encode_offset(om: OffsetAndMetadata) -> bytes:
     """One committed offset as stored."""
@@ -78,6 +86,27 @@ def decode_offset(data: bytes) -> OffsetAndMetadata | None:
     except (ValueError, KeyError, TypeError) as exc:
         log.warning("stored committed offset ignored", reason=str(exc))
         return None
+
+
+def encode_offsets(offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> bytes:
+    """Several offsets as one stored document (a transaction's pending offsets)."""
+    return json.dumps(
+        [[tp.topic, tp.partition, json.loads(encode_offset(om))] for tp, om in offsets.items()]
+    ).encode()
+
+
+def decode_offsets(data: bytes) -> dict[TopicPartition, OffsetAndMetadata]:
+    """What :func:`encode_offsets` stored; entries that do not parse are logged and skipped."""
+    out: dict[TopicPartition, OffsetAndMetadata] = {}
+    try:
+        entries = json.loads(data)
+        for topic, partition, doc in entries:
+            om = decode_offset(json.dumps(doc).encode())
+            if om is not None:
+                out[TopicPartition(str(topic), int(partition))] = om
+    except (ValueError, TypeError) as exc:
+        log.warning("stored transactional offsets ignored", reason=str(exc))
+    return out
 
 
 def read_group_offsets(
@@ -170,23 +199,7 @@ class OffsetManager:
     ) -> dict[TopicPartition, ErrorCode]:
         """Store validated commits; metadata over ``offset.metadata.max.bytes`` is refused.
         ``retention_ms`` is OffsetCommit v2-v4's retention_time (-1: the broker's)."""
-        errors: dict[TopicPartition, ErrorCode] = {}
-        now = now_ms()
-        expire = now + retention_ms if retention_ms >= 0 else None
-        limit = self._metadata_max_bytes
-        stored: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, om in offsets.items():
-            metadata = om.metadata or ""
-            if len(metadata.encode("utf-8")) > limit:
-                errors[tp] = ErrorCode.offset_metadata_too_large
-                continue
-            stored[tp] = OffsetAndMetadata(
-                offset=om.offset,
-                leader_epoch=om.leader_epoch,
-                metadata=metadata,
-                commit_timestamp_ms=now,
-                expire_timestamp_ms=expire,
-            )
+        errors, stored = self._stamped(offsets, retention_ms)
         if self._store is not None and stored:
             try:
                 self._store.write_offsets(
@@ -200,15 +213,101 @@ class OffsetManager:
         errors.update(dict.fromkeys(stored, ErrorCode.none))
         return errors
 
+    def _stamped(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], retention_ms: int = -1
+    ) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetAndMetadata]]:
+        """(refused, accepted): metadata over ``offset.metadata.max.bytes`` is refused, the
+        rest stamped with the commit time (and the expiry of ``retention_ms`` >= 0)."""
+        errors: dict[TopicPartition, ErrorCode] = {}
+        now = now_ms()
+        expire = now + retention_ms if retention_ms >= 0 else None
+        stored: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, om in offsets.items():
+            metadata = om.metadata or ""
+            if len(metadata.encode("utf-8")) > self._metadata_max_bytes:
+                errors[tp] = ErrorCode.offset_metadata_too_large
+                continue
+            stored[tp] = OffsetAndMetadata(
+                offset=om.offset,
+                leader_epoch=om.leader_epoch,
+                metadata=metadata,
+                commit_timestamp_ms=now,
+                expire_timestamp_ms=expire,
+            )
+        return errors, stored
+
+    # transactional offsets (KIP-98) ---------------------------------------------------------
+    def store_txn_offsets(
+        self,
+        group: GroupMetadata,
+        producer_id: int,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: keep ``offsets`` pending (durably) until the producer's
+        transaction ends; a fetch does not see them before."""
+        errors, accepted = self._stamped(offsets)
+        pending = {**group.pending_txn_offsets.get(producer_id, {}), **accepted}
+        if self._store is not None and accepted:
+            try:
+                self._store.write_pending_txn_offsets(
+                    group.group_id, producer_id, encode_offsets(pending)
+                )
+            except Exception as exc:  # the store refused: nothing is acknowledged
+                log.warning(
+                    "transactional offsets not stored", group=group.group_id, reason=str(exc)
+                )
+                return {**errors, **dict.fromkeys(accepted, ErrorCode.coordinator_not_available)}
+        group.pending_txn_offsets[producer_id] = pending
+        errors.update(dict.fromkeys(accepted, ErrorCode.none))
+        return errors
+
+    def complete_txn_offsets(self, group: GroupMetadata, producer_id: int, commit: bool) -> bool:
+        """The producer's transaction ended: its pending offsets of ``group`` become
+        committed, or are dropped on abort. Returns whether it had any."""
+        if self._store is not None:
+            stored = self._store.read_pending_txn_offsets(group.group_id).get(producer_id)
+            if stored is not None:
+                group.pending_txn_offsets[producer_id] = decode_offsets(stored)
+        pending = group.pending_txn_offsets.pop(producer_id, None)
+        if pending is None:
+            return False
+        committed = pending if commit else {}
+        if self._store is not None:
+            self._store.complete_pending_txn_offsets(
+                group.group_id,
+                producer_id,
+                {(tp.topic, tp.partition): encode_offset(om) for tp, om in committed.items()},
+            )
+        group.offsets.update(committed)
+        return True
+
+    def stored_group_ids(self) -> list[str]:
+        """Every group the store holds offsets (or pending ones) of."""
+        return self._store.groups_with_offsets() if self._store is not None else []
+
+    def pending_partitions(self, group_id: str, group: GroupMetadata | None) -> set[TopicPartition]:
+        """Partitions of the group with offsets pending in an open transaction."""
+        if self._store is not None:
+            return {
+                tp
+                for data in self._store.read_pending_txn_offsets(group_id).values()
+                for tp in decode_offsets(data)
+            }
+        if group is None:
+            return set()
+        return {tp for pending in group.pending_txn_offsets.values() for tp in pending}
+
     def get_offsets(
         self,
         group_id: str,
         group: GroupMetadata | None,
         partitions: Sequence[TopicPartition] | None,
+        require_stable: bool = False,
     ) -> OffsetFetchResult:
         """The committed offsets of ``partitions`` (None: every committed partition) of
         group ``group_id`` (``group`` None: not known in memory here); partitions without
-        one answer offset -1."""
+        one answer offset -1. With ``require_stable`` a partition whose offset is pending in
+        an open transaction answers UNSTABLE_OFFSET_COMMIT (KIP-447)."""
         result: dict[TopicPartition, OffsetFetchPartition] = {}
         if group is None:
             stored: dict[TopicPartition, OffsetAndMetadata] = (
@@ -220,13 +319,15 @@ class OffsetManager:
                     group.offsets = read_group_offsets(self._store, group.group_id)
                 stored = {} if group.is_(GroupState.DEAD) else dict(group.offsets)
         wanted = sorted(stored) if partitions is None else partitions
+        unstable = self.pending_partitions(group_id, group) if require_stable else set()
         for tp in wanted:
             om = stored.get(tp)
-            result[tp] = (
-                OffsetFetchPartition()
-                if om is None
-                else OffsetFetchPartition(om.offset, om.leader_epoch, om.metadata)
-            )
+            if tp in unstable:
+                result[tp] = OffsetFetchPartition(error=ErrorCode.unstable_offset_commit)
+            elif om is None:
+                result[tp] = OffsetFetchPartition()
+            else:
+                result[tp] = OffsetFetchPartition(om.offset, om.leader_epoch, om.metadata)
         return OffsetFetchResult(ErrorCode.none, result)
 
     def delete_offsets(
@@ -261,6 +362,10 @@ class OffsetManager:
                 continue
             with group.lock:
                 group.offsets = read_group_offsets(self._store, group_id)
+                group.pending_txn_offsets = {
+                    producer_id: decode_offsets(data)
+                    for producer_id, data in self._store.read_pending_txn_offsets(group_id).items()
+                }
         return len(ids)
 
     def expire_offsets(self, now: int | None = None) -> int:
@@ -280,6 +385,7 @@ class OffsetManager:
                 if (
                     group.is_(GroupState.EMPTY)
                     and not group.offsets
+                    and not group.pending_txn_offsets
                     and not group.members
                     and not group.pending_members
                 ):

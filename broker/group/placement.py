@@ -1,9 +1,11 @@
-"""Which broker coordinates a group: Kafka's rule without an offsets topic of its own.
+"""Which broker coordinates a group or a transactional id: Kafka's rule without internal
+topics of its own.
 
 Kafka maps a group to ``__consumer_offsets`` partition ``abs(groupId.hashCode) %
-offsets.topic.num.partitions`` and the partition's leader coordinates it. kplane keeps
-offsets in the coordinator's memory, so the partitions are spread over the live brokers in id
-order instead: the same group always lands on the same broker while the brokers stay.
+offsets.topic.num.partitions`` (a transactional id likewise to a ``__transaction_state``
+partition) and the partition's leader coordinates it. kplane keeps that state in the
+metadata store, so the partitions are spread over the live brokers in id order instead: the
+same key always lands on the same broker while the brokers stay.
 """
 
 from __future__ import annotations
@@ -25,9 +27,16 @@ def offsets_partition(group_id: str, partitions: int) -> int:
     return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
 
 
-def coordinator_for(group_id: str, live_brokers: Sequence[int], partitions: int) -> int | None:
-    """The broker coordinating ``group_id``, or None without live brokers."""
+def partition_leader(partition: int, live_brokers: Sequence[int]) -> int | None:
+    """The broker that leads partition ``partition`` of ``__consumer_offsets`` (or of
+    ``__transaction_state``): the live brokers in id order, round robin; None without."""
     if not live_brokers:
         return None
     ordered = sorted(live_brokers)
-    return ordered[offsets_partition(group_id, partitions) % len(ordered)]
+    return ordered[partition % len(ordered)]
+
+
+def coordinator_for(group_id: str, live_brokers: Sequence[int], partitions: int) -> int | None:
+    """The broker coordinating ``group_id`` (a group, or a transactional id over the
+    transaction state's partitions), or None without live brokers."""
+    return partition_leader(offsets_partition(group_id, partitions), live_brokers)

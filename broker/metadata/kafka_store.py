@@ -369,3 +369,77 @@ class KafkaMetadataClient:
             except BadVersionError:  # another broker won: try the next block
                 continue
             return range(start, start + PRODUCER_ID_BLOCK_SIZE)
+
+    # transactions --------------------------------------------------------------------
+    # kplane's layout (Kafka keeps this in __transaction_state): one document per
+    # transactional id at /transactions/<id>, and a group's offsets committed in a
+    # transaction not yet completed at /consumers/<group>/pending_txn_offsets/<producer id>.
+    def read_transaction(self, transactional_id: str) -> tuple[bytes, int] | None:
+        """A transactional id's stored state and its version, or None."""
+        try:
+            data, stat = self.store.get(_transaction_path(transactional_id))
+        except NoNodeError:
+            return None
+        return data, stat.version
+
+    def write_transaction(self, transactional_id: str, data: bytes, version: int) -> int:
+        """Store a transactional id's state if the stored version is still ``version`` (-1:
+        none is stored yet); returns the new version. BadVersionError or NodeExistsError
+        when another coordinator wrote it since."""
+        path = _transaction_path(transactional_id)
+        if version < 0:
+            self.store.create(path, data, makepath=True)
+            return 0
+        return self.store.set(path, data, version=version).version
+
+    def delete_transaction(self, transactional_id: str, version: int) -> None:
+        """Remove an expired transactional id's state (BadVersionError if it changed)."""
+        path = _transaction_path(transactional_id)
+        with contextlib.suppress(NoNodeError):
+            _, stat = self.store.get(path)
+            if stat.version != version:
+                raise BadVersionError(path)
+            self.store.delete(path)
+
+    def transactional_ids(self) -> list[str]:
+        """Every transactional id with stored state."""
+        try:
+            return sorted(unquote(name) for name in self.store.get_children("/transactions"))
+        except NoNodeError:
+            return []
+
+    def write_pending_txn_offsets(self, group_id: str, producer_id: int, data: bytes) -> None:
+        """Store the offsets ``producer_id`` committed for a group in its open transaction."""
+        self.store.set_or_create(_pending_path(group_id, producer_id), data)
+
+    def read_pending_txn_offsets(self, group_id: str) -> dict[int, bytes]:
+        """producer id -> its pending transactional offsets of a group, as stored."""
+        base = f"/consumers/{_group_node(group_id)}/pending_txn_offsets"
+        try:
+            names = self.store.get_children(base)
+        except NoNodeError:
+            return {}
+        out = {}
+        for name in names:
+            with contextlib.suppress(NoNodeError, ValueError):
+                out[int(name)] = self.store.get(f"{base}/{name}")[0]
+        return out
+
+    def complete_pending_txn_offsets(
+        self, group_id: str, producer_id: int, offsets: Mapping[tuple[str, int], bytes]
+    ) -> None:
+        """End a transaction's offsets for a group in one durable write: ``offsets`` become
+        committed (none for an abort) and the pending ones are removed."""
+        with self.store.batch():
+            for (topic, partition), data in offsets.items():
+                self.store.set_or_create(_offset_path(group_id, topic, partition), data)
+            with contextlib.suppress(NoNodeError):
+                self.store.delete(_pending_path(group_id, producer_id))
+
+
+def _transaction_path(transactional_id: str) -> str:
+    return f"/transactions/{quote(transactional_id, safe='')}"
+
+
+def _pending_path(group_id: str, producer_id: int) -> str:
+    return f"/consumers/{_group_node(group_id)}/pending_txn_offsets/{producer_id}"

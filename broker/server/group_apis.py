@@ -19,6 +19,7 @@ import structlog
 
 from broker.group.coordinator import GroupCoordinator, LeaveGroupResult, MemberIdentity
 from broker.group.group_metadata import (
+    UNKNOWN_MEMBER_ID,
     GroupDescription,
     GroupOverview,
     JoinGroupResult,
@@ -107,6 +108,7 @@ class GroupApis:
             ApiKey.DESCRIBE_GROUPS: self.describe_groups,
             ApiKey.DELETE_GROUPS: self.delete_groups,
             ApiKey.OFFSET_DELETE: _coordinated(self.offset_delete, self.owns, None),
+            ApiKey.TXN_OFFSET_COMMIT: self.txn_offset_commit,
         }
 
     # -- membership -----------------------------------------------------------------------
@@ -306,6 +308,69 @@ class GroupApis:
             callback=ctx.guarded(done),
             retention_ms=_ms(getattr(req, "retention_time", None)),
         )
+
+    def txn_offset_commit(self, ctx: RequestContext) -> None:
+        """TxnOffsetCommit (KIP-98, KIP-447): offsets pending until the transaction ends.
+        Errors go on every partition (the response has no other place): NOT_COORDINATOR,
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED without Write on the transactional id,
+        GROUP_AUTHORIZATION_FAILED without Read on the group, TOPIC_AUTHORIZATION_FAILED
+        per topic without Read."""
+        req = ctx.body
+        group_error: ErrorCode | None = None
+        if not self.owns(req.group_id):
+            group_error = ErrorCode.not_coordinator
+        elif not ctx.authorized(
+            AclOperation.WRITE, AclResourceType.TRANSACTIONAL_ID, req.transactional_id
+        ):
+            group_error = ErrorCode.transactional_id_authorization_failed
+        elif not ctx.authorized(AclOperation.READ, AclResourceType.GROUP, req.group_id):
+            group_error = ErrorCode.group_authorization_failed
+        errors: dict[TopicPartition, ErrorCode] = {}
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        for topic in req.topics:
+            readable = ctx.authorized(AclOperation.READ, AclResourceType.TOPIC, topic.name)
+            for p in topic.partitions:
+                tp = TopicPartition(topic.name, int(p.partition_index))
+                if group_error is not None:
+                    errors[tp] = group_error
+                elif not readable:
+                    errors[tp] = ErrorCode.topic_authorization_failed
+                else:
+                    offsets[tp] = OffsetAndMetadata(
+                        offset=int(p.committed_offset),
+                        leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
+                        metadata=p.committed_metadata or "",
+                    )
+        if offsets:
+            errors.update(
+                self.coordinator.commit_txn_offsets(
+                    req.group_id,
+                    int(req.producer_id),
+                    getattr(req, "member_id", UNKNOWN_MEMBER_ID),
+                    getattr(req, "group_instance_id", None),
+                    int(getattr(req, "generation_id", -1)),
+                    offsets,
+                )
+            )
+        fenced_code = ErrorCode.invalid_producer_epoch if ctx.api_version < 3 else None
+        topics = []
+        for topic in req.topics:
+            parts = []
+            for p in topic.partitions:
+                error = errors.get(TopicPartition(topic.name, int(p.partition_index)))
+                if error is ErrorCode.producer_fenced and fenced_code is not None:
+                    error = fenced_code
+                parts.append(
+                    ctx.make(
+                        "TxnOffsetCommitResponsePartition",
+                        partition_index=p.partition_index,
+                        error_code=error or ErrorCode.none,
+                    )
+                )
+            topics.append(
+                ctx.make("TxnOffsetCommitResponseTopic", name=topic.name, partitions=tuple(parts))
+            )
+        ctx.respond(ctx.make_response(topics=tuple(topics)))
 
     def offset_fetch(self, ctx: RequestContext) -> None:
         req = ctx.body

@@ -16,10 +16,11 @@ from broker.config.kafka_config import KafkaConfig
 from broker.controller.channel_manager import ControllerChannelManager
 from broker.controller.controller import KafkaController
 from broker.group.coordinator import GroupConfig, GroupCoordinator
-from broker.group.placement import coordinator_for
+from broker.group.placement import coordinator_for, partition_leader
 from broker.log.log_cleaner import CleanerConfig
 from broker.log.log_config import LogConfigs
 from broker.log.log_manager import LogManager, LogManagerConfig
+from broker.log.partition import TopicPartition
 from broker.metadata.cache import MetadataCache
 from broker.metadata.config_changes import ConfigChangeListener
 from broker.metadata.kafka_store import BrokerRegistration, KafkaMetadataClient
@@ -32,6 +33,7 @@ from broker.metrics import (
     MetricsHttpServer,
 )
 from broker.metrics.reporters import DynamicMetricsReporters
+from broker.network.broker_channels import BrokerChannelManager
 from broker.network.plane import Plane, planes
 from broker.network.plane_priority import ControlPlanePriority
 from broker.network.request_channel import RequestChannel
@@ -65,6 +67,10 @@ from broker.server.request_metrics import RequestMetricsObserver
 from broker.server.sasl_apis import SaslApis
 from broker.server.scram_apis import ScramApis
 from broker.server.topic_apis import TopicApis
+from broker.server.txn_apis import GROUP_METADATA_TOPIC, TxnApis, TxnMarkerWriter
+from broker.transaction.coordinator import TransactionConfig, TransactionCoordinator
+from broker.transaction.marker_channel import UNKNOWN_PARTITION, TransactionMarkerChannelManager
+from broker.transaction.state_manager import TransactionStateManager
 from broker.utils.purgatory import DelayedOperationPurgatory
 from broker.utils.timer import SystemTimer
 
@@ -204,6 +210,51 @@ class KafkaServer:
             self.client,
         )
         self.lifecycle.on_shutdown("stop group coordinator", self.group_coordinator.shutdown)
+        self._start_transaction_coordinator(config)
+
+    def _start_transaction_coordinator(self, config: KafkaConfig) -> None:
+        """The transaction coordinator: its state in the metadata store, its markers
+        written here directly or sent over the inter-broker listener (its duties start
+        with the controller phase, once the cluster's metadata is known)."""
+        self.producer_ids = ProducerIdManager(
+            lambda: self.client.next_producer_id_block(self.broker_id)
+        )
+        self.txn_marker_writer = TxnMarkerWriter(
+            self.replica_manager,
+            self.group_coordinator,
+            lambda p: (
+                partition_leader(p, list(self.cache.snapshot.brokers)) in (None, self.broker_id)
+            ),
+            lambda: self.config.get_int("offsets.topic.num.partitions"),
+        )
+        self.txn_channels = BrokerChannelManager(
+            config, config.inter_broker_listener_name, "txn-marker"
+        )
+        self.lifecycle.on_shutdown("stop transaction marker channels", self.txn_channels.shutdown)
+        self.txn_coordinator = TransactionCoordinator(
+            TransactionConfig(
+                max_timeout_ms=config.get_int("transaction.max.timeout.ms"),
+                abort_timed_out_interval_ms=config.get_int(
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+                ),
+                remove_expired_interval_ms=config.get_int(
+                    "transaction.remove.expired.transaction.cleanup.interval.ms"
+                ),
+                transactional_id_expiration_ms=config.get_int("transactional.id.expiration.ms"),
+            ),
+            TransactionStateManager(self.client, self.broker_id, self._owns_transactional_id),
+            TransactionMarkerChannelManager(
+                self.broker_id,
+                self._marker_leader,
+                lambda broker_id: self.cache.snapshot.brokers.get(broker_id),
+                self.txn_channels,
+                self.txn_marker_writer,
+                self.timer,
+            ),
+            self.producer_ids.generate,
+            self.timer,
+        )
+        self.lifecycle.on_shutdown("stop transaction coordinator", self.txn_coordinator.shutdown)
 
     def _start_request_planes(self, config: KafkaConfig) -> None:
         """KafkaApis, a RequestChannel and a handler pool per plane (KIP-291), the
@@ -286,6 +337,7 @@ class KafkaServer:
         if isinstance(self.store, ZooKeeperMetadataStore):
             self.store.add_session_listener(self._on_new_session)
         self._await_own_metadata()
+        self.txn_coordinator.startup()
         self.config_changes = ConfigChangeListener(self.store)
         self.config_changes.subscribe(self.dynamic.on_config_change)
         self.config_changes.subscribe(self.log_configs.on_config_change)
@@ -301,11 +353,17 @@ class KafkaServer:
                 self.admin,
                 lambda: self.config.get_bool("auto.create.topics.enable"),
                 self._coordinator_of,
+                self._txn_coordinator_of,
             ),
-            ProduceApis(
-                self.replica_manager,
+            ProduceApis(self.replica_manager, self.cache),
+            TxnApis(
+                self.txn_coordinator,
+                self.producer_ids,
                 self.cache,
-                ProducerIdManager(lambda: self.client.next_producer_id_block(self.broker_id)),
+                self._owns_transactional_id,
+                self.txn_marker_writer,
+                lambda: self.config.get_int("offsets.topic.num.partitions"),
+                self.replica_manager,
             ),
             FetchApis(
                 self.replica_manager,
@@ -401,6 +459,30 @@ class KafkaServer:
             list(self.cache.snapshot.brokers),
             self.config.get_int("offsets.topic.num.partitions"),
         )
+
+    def _txn_coordinator_of(self, transactional_id: str) -> int | None:
+        """The live broker coordinating ``transactional_id`` (None before any metadata)."""
+        return coordinator_for(
+            transactional_id,
+            list(self.cache.snapshot.brokers),
+            self.config.get_int("transaction.state.log.num.partitions"),
+        )
+
+    def _owns_transactional_id(self, transactional_id: str) -> bool:
+        return self._txn_coordinator_of(transactional_id) in (None, self.broker_id)
+
+    def _marker_leader(self, tp: TopicPartition) -> int | None:
+        """Where a transaction marker for ``tp`` goes: the partition's live leader, the
+        group coordinator for ``__consumer_offsets``; UNKNOWN_PARTITION for a deleted
+        topic, None while the partition has no live leader."""
+        brokers = self.cache.snapshot.brokers
+        if tp.topic == GROUP_METADATA_TOPIC:
+            return partition_leader(tp.partition, list(brokers))
+        topic = self.cache.topic(tp.topic)
+        if topic is None or tp.partition not in topic.partitions:
+            return UNKNOWN_PARTITION
+        leader = topic.partitions[tp.partition].leader
+        return leader if leader in brokers else None
 
     def _topic_id(self, topic: str) -> uuid.UUID | None:
         info = self.cache.topic(topic)

@@ -23,6 +23,7 @@ log = structlog.get_logger(__name__)
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
 
 
 class MetadataApis:
@@ -35,12 +36,16 @@ class MetadataApis:
         admin: AdminManager,
         auto_create_topics: Callable[[], bool],
         coordinator_of: Callable[[str], int | None],
+        txn_coordinator_of: Callable[[str], int | None],
     ) -> None:
         self.broker_id = broker_id
         self.cache = cache
         self.admin = admin
         self._auto_create = auto_create_topics
-        self._coordinator_of = coordinator_of
+        self._coordinator_of = {
+            GROUP_KEY_TYPE: coordinator_of,
+            TRANSACTION_KEY_TYPE: txn_coordinator_of,
+        }
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
@@ -232,21 +237,21 @@ class MetadataApis:
 
     def _coordinator(self, ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
         not_found = {"node_id": -1, "host": "", "port": -1}
-        if key_type == GROUP_KEY_TYPE and not ctx.authorized(
-            AclOperation.DESCRIBE, AclResourceType.GROUP, key
-        ):
+        coordinator_of = self._coordinator_of.get(key_type)
+        if coordinator_of is None:
             return {
-                "error_code": ErrorCode.group_authorization_failed,
-                "error_message": None,
+                "error_code": ErrorCode.invalid_request,
+                "error_message": f"unknown coordinator key type {key_type}",
                 **not_found,
             }
-        if key_type != GROUP_KEY_TYPE:
-            return {
-                "error_code": ErrorCode.coordinator_not_available,
-                "error_message": "transactions are not supported by this broker yet",
-                **not_found,
-            }
-        coordinator = self._coordinator_of(key)
+        resource, denied = (
+            (AclResourceType.GROUP, ErrorCode.group_authorization_failed)
+            if key_type == GROUP_KEY_TYPE
+            else (AclResourceType.TRANSACTIONAL_ID, ErrorCode.transactional_id_authorization_failed)
+        )
+        if not ctx.authorized(AclOperation.DESCRIBE, resource, key):
+            return {"error_code": denied, "error_message": None, **not_found}
+        coordinator = coordinator_of(key)
         endpoint = (
             self.cache.endpoint(coordinator, ctx.listener_name) if coordinator is not None else None
         )

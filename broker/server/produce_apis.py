@@ -1,4 +1,4 @@
-"""Produce and InitProducerId."""
+"""Produce, and the producer ids InitProducerId hands out."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from protocol.errors import ErrorCode
 log = structlog.get_logger(__name__)
 
 PRODUCE = 0
-INIT_PRODUCER_ID = 22
 RECORD_ERRORS_SINCE_VERSION = 8
 
 
@@ -44,17 +43,14 @@ class ProducerIdManager:
 
 
 class ProduceApis:
-    """Produce (acks 0, 1, all; idempotent sequences) and InitProducerId."""
+    """Produce (acks 0, 1, all; idempotent sequences; transactional batches)."""
 
-    def __init__(
-        self, replica_manager: ReplicaManager, cache: MetadataCache, producer_ids: ProducerIdManager
-    ) -> None:
+    def __init__(self, replica_manager: ReplicaManager, cache: MetadataCache) -> None:
         self.replica_manager = replica_manager
         self.cache = cache
-        self.producer_ids = producer_ids
 
     def handlers(self) -> Mapping[int, Handler]:
-        return {PRODUCE: self.handle_produce, INIT_PRODUCER_ID: self.handle_init_producer_id}
+        return {PRODUCE: self.handle_produce}
 
     def handle_produce(self, ctx: RequestContext) -> None:
         req = ctx.body
@@ -62,6 +58,10 @@ class ProduceApis:
         by_id = ctx.api_version >= 13
         topics_out: list[Any] = []
         any_error = False
+        # A transactional producer needs Write on its transactional id (KIP-98).
+        txn_denied = req.transactional_id is not None and not ctx.authorized(
+            AclOperation.WRITE, AclResourceType.TRANSACTIONAL_ID, req.transactional_id
+        )
         for topic in req.topic_data:
             name = self.cache.topic_name(topic.topic_id) if by_id else topic.name
             writable = name is not None and ctx.authorized(
@@ -73,6 +73,8 @@ class ProduceApis:
                     result = AppendResult(
                         ErrorCode.invalid_required_acks, f"acks={acks} is not 0, 1 or -1"
                     )
+                elif txn_denied:
+                    result = AppendResult(ErrorCode.transactional_id_authorization_failed, None)
                 elif name is None:
                     result = AppendResult(ErrorCode.unknown_topic_id, "unknown topic id")
                 elif not writable:
@@ -127,39 +129,6 @@ class ProduceApis:
             )
             for index, message in result.record_errors
         )
-
-    def handle_init_producer_id(self, ctx: RequestContext) -> None:
-        req = ctx.body
-        if req.transactional_id is not None:
-            ctx.respond(
-                ctx.make_response(
-                    error_code=ErrorCode.coordinator_not_available,
-                    producer_id=-1,
-                    producer_epoch=-1,
-                )
-            )
-            log.info(
-                "transactional producer refused: transactions are not supported yet",
-                transactional_id=req.transactional_id,
-            )
-            return
-        if not (
-            ctx.authorized(AclOperation.IDEMPOTENT_WRITE, AclResourceType.CLUSTER, log_denied=False)
-            or ctx.authorized_any(AclOperation.WRITE, AclResourceType.TOPIC)
-        ):
-            log.info(
-                "idempotent producer refused: no IdempotentWrite or Write", principal=ctx.principal
-            )
-            ctx.respond(
-                ctx.make_response(
-                    error_code=ErrorCode.cluster_authorization_failed,
-                    producer_id=-1,
-                    producer_epoch=-1,
-                )
-            )
-            return
-        pid = self.producer_ids.generate()
-        ctx.respond(ctx.make_response(error_code=ErrorCode.none, producer_id=pid, producer_epoch=0))
 
 
 def _ms_to_datetime(ms: int) -> datetime.datetime | None:
