@@ -274,3 +274,25 @@ async def test_kplane_admin_acls_and_scram_round_trip(broker) -> None:
         assert gone == {"dana": None}
         missing = (await admin.describe_user_scram_credentials(["dana"]))["dana"]
         assert missing.error is not None and missing.error.code == ErrorCode.resource_not_found
+
+
+def test_transactional_id_acls(secured: RunningBroker) -> None:
+    """Write on the TransactionalId is needed to init, produce and commit; Describe to find
+    the coordinator (KIP-98's TransactionalId resource)."""
+    admin = AdminClient(_config(secured, "admin"))
+    admin.create_topics([NewTopic("txn-acl", 1, 1)])["txn-acl"].result(timeout=15)
+    _create(admin, _acl("txn-acl", "User:alice", AclOperation.WRITE))
+    denied = Producer({**_config(secured, "alice"), "transactional.id": "alice-app"})
+    with pytest.raises(KafkaException) as raised:
+        denied.init_transactions(10)
+    assert raised.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+    _create(
+        admin,
+        _acl("alice-app", "User:alice", AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID),
+    )
+    allowed = Producer({**_config(secured, "alice"), "transactional.id": "alice-app"})
+    allowed.init_transactions(15)
+    allowed.begin_transaction()
+    allowed.produce("txn-acl", b"granted")
+    allowed.commit_transaction(15)
