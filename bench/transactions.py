@@ -187,7 +187,7 @@ def run_target(name: str, records: int, commits: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", default="kplane,mock,tansu")
-    parser.add_argument("--records", type=int, default=50_000)
+    parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--commits", type=int, default=300)
     parser.add_argument("--quick", action="store_true", help="10,000 records, 50 commits")
     parser.add_argument("--out")
