@@ -16,6 +16,11 @@ files renamed to their final names), ``*.deleted`` files are removed.
 Load replays the batches past the newest producer-state snapshot; the transactions their
 markers complete are indexed again, so each replayed segment's ``.txnindex`` is first cut
 back to the snapshot's offset and ends up matching the segment as recovered.
+
+A follower's divergent tail is cut by :meth:`FileLog.truncate_to` (Kafka's truncateTo):
+later segments retired as retention's are, the last one cut at a batch boundary with its
+indexes, the producer state rebuilt from the newest snapshot left;
+:meth:`FileLog.truncate_fully_and_start_at` replaces every segment with an empty one.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from pathlib import Path
 import structlog
 
 from broker.log.leader_epoch_cache import LeaderEpochCache
-from broker.log.log import PREFIX_SIZE, Log, first_at_or_after, latest_of_max
+from broker.log.log import PREFIX_SIZE, Log, first_at_or_after, latest_of_max, replay_into
 from broker.log.log_config import LogSettings
 from broker.log.producer_state import (
     CompletedTxn,
@@ -171,6 +176,7 @@ class FileLog(Log):
             self._rebuild_producer_state()
         delete_snapshots(self.directory, above=self._end)
         self.leader_epochs.truncate_from_end(self._end)
+        self.leader_epochs.truncate_from_start(self._start)
         self.recovery_point = self._end
 
     def _complete_swaps(self, settings: LogSettings) -> None:
@@ -246,20 +252,25 @@ class FileLog(Log):
         offset, self.producer_state = found
         return offset
 
+    def _marker(self, segment: LogSegment, header: BatchHeader) -> EndTxnMarker | None:
+        """What a producer's stored control batch says (None: nothing to act on)."""
+        if not header.is_control or header.producer_id < 0:
+            return None
+        try:
+            return end_txn_marker(segment.read(header.position, header.size))
+        except InvalidRecordError as exc:
+            log.warning(
+                "control batch ignored: not a readable transaction marker",
+                log_dir=str(self.directory),
+                offset=header.base_offset,
+                reason=exc.message,
+            )
+            return None
+
     def _replay(self, segment: LogSegment, replay_from: int, header: BatchHeader) -> None:
         if header.base_offset < replay_from or header.producer_id < 0:
             return
-        marker = None
-        if header.is_control:
-            try:
-                marker = end_txn_marker(segment.read(header.position, header.size))
-            except InvalidRecordError as exc:
-                log.warning(
-                    "control batch ignored: not a readable transaction marker",
-                    log_dir=str(self.directory),
-                    offset=header.base_offset,
-                    reason=exc.message,
-                )
+        marker = self._marker(segment, header)
         self.update_producer_state(header, marker, now_ms=header.max_timestamp)
 
     def _rebuild_producer_state(self) -> None:
@@ -417,6 +428,7 @@ class FileLog(Log):
         if new_start <= self._start:
             return False
         self._start = min(new_start, self._end)
+        self.leader_epochs.truncate_from_start(self._start)
         self._delete_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= self._start)
         return True
 
@@ -474,12 +486,100 @@ class FileLog(Log):
             self._bases = self._bases[count:]
             self._segments = segments[count:]
             self._start = max(self._start, self._segments[0].base_offset)
+            self.leader_epochs.truncate_from_start(self._start)
             delay = self._settings().file_delete_delay_ms
             for segment in gone:
                 segment.mark_deleted()
                 self._retire(segment, delay)
         delete_snapshots(self.directory, below=self._start)
         return count
+
+    # truncation (a follower's divergent tail) ------------------------------------------------
+    def truncate_to(self, offset: int) -> bool:
+        """Kafka's truncateTo (see :meth:`Log.truncate_to`): the segments whose base offset
+        is past ``offset`` go (renamed ``*.deleted`` and retired, as retention's), the last
+        one left is cut before the batch holding ``offset`` with its indexes, and made
+        durable; the producer-state snapshots past the new end go and the state is rebuilt
+        from the newest one left (a snapshot is written at the new end)."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate a log to a negative offset ({offset})")
+        with self.lock:
+            if offset >= self._end:
+                self.leader_epochs.truncate_from_end(self._end)
+                return False
+            if self._segments[0].base_offset > offset:
+                self.truncate_fully_and_start_at(offset)
+                return True
+            segments, bases = self._segments, self._bases
+            keep = bisect.bisect_right(bases, offset)
+            gone = segments[keep:]
+            if gone:
+                self._bases = bases[:keep]  # before the segments: see _segments_from
+                self._segments = segments[:keep]
+                delay = self._settings().file_delete_delay_ms
+                for segment in gone:
+                    segment.mark_deleted()
+                    self._retire(segment, delay)
+            active = self._segments[-1]
+            cut = active.find(offset)
+            end = offset if cut is None else min(offset, cut.base_offset)
+            active.truncate_to(offset, _now_ms())
+            active.flush()
+            fsync_dir(self.directory)
+            self._end = end
+            self._start = min(self._start, end)
+            self.recovery_point = min(self.recovery_point, end)
+            self._unflushed = 0
+            self.leader_epochs.truncate_from_end(end)
+            self._rebuild_producer_state_to(end)
+            return True
+
+    def _rebuild_producer_state_to(self, end: int) -> None:
+        """Kafka's rebuildProducerState after a truncation to ``end``: snapshots past it
+        deleted, the newest left loaded (none: from the first batch) and the stored batches
+        from it to ``end`` replayed; a log with no producer before keeps none. The
+        transaction indexes already hold the markers below ``end`` and stay as they are."""
+        delete_snapshots(self.directory, above=end)
+        if self.producer_state.producer_count() == 0:
+            state = ProducerStateManager(end)
+        else:
+            found = load_latest_snapshot(self.directory, at_most=end)
+            start, state = found if found is not None else (0, ProducerStateManager())
+            for segment in self._segments:
+                if segment.next_offset <= start:
+                    continue
+                first = segment.find(start)
+                for header in segment.batches(first.position if first else segment.size):
+                    if header.base_offset >= start:
+                        replay_into(state, header, self._marker(segment, header))
+            state.map_end_offset = end
+        write_snapshot(self.directory, end, state)
+        self.producer_state = state
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Kafka's truncateFullyAndStartAt (see :meth:`Log.truncate_fully_and_start_at`):
+        every segment is renamed ``*.deleted`` and retired (first, so a new segment may take
+        an old one's base offset), one empty segment at ``offset`` replaces them; the
+        snapshots and the leader-epoch checkpoint are emptied."""
+        if offset < 0:
+            raise ValueError(f"cannot start a log at a negative offset ({offset})")
+        with self.lock:
+            settings = self._settings()
+            gone = self._segments
+            for segment in gone:
+                segment.mark_deleted()
+            segment = self._segment(offset, settings)
+            self._bases = [offset]
+            self._segments = [segment]
+            for old in gone:
+                self._retire(old, settings.file_delete_delay_ms)
+            fsync_dir(self.directory)
+            self._start = self._end = offset
+            self.recovery_point = offset  # nothing below it is left to recover
+            self._unflushed = 0
+            self.leader_epochs.clear()
+            delete_snapshots(self.directory, above=-1)
+            self.producer_state = ProducerStateManager(offset)
 
     # compaction -----------------------------------------------------------------------------
     def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> bool:
@@ -520,7 +620,7 @@ class FileLog(Log):
     def flush(self, up_to: int | None = None) -> None:
         """fsync the segments holding offsets from the recovery point to ``up_to`` (the
         log end when None); the recovery point moves there."""
-        end = self._end if up_to is None else up_to
+        end = self._end if up_to is None else min(up_to, self._end)  # a truncation since
         for segment in self._segments:
             if segment.base_offset < end and segment.next_offset > self.recovery_point:
                 segment.flush()

@@ -15,23 +15,69 @@ from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import structlog
+
+from broker.log.leader_epoch_cache import LeaderEpochCache
 from broker.log.producer_state import CompletedTxn, ProducerStateManager
 from broker.log.transaction_index import AbortedTxn, TransactionIndex
+from protocol.errors import ErrorCode, KafkaError
 from protocol.fetch_response import Piece
 from protocol.records import (
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
     BatchHeader,
     EndTxnMarker,
+    InvalidRecordError,
     Record,
+    end_txn_marker,
     iter_records,
+    scan_batches,
     served_prefix,
 )
+
+log = structlog.get_logger(__name__)
 
 PREFIX_SIZE = 16  # baseOffset, batchLength, partitionLeaderEpoch: see served_prefix
 _PEEK = struct.Struct(">qi")  # baseOffset, batchLength
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_POS = 23
+
+
+class UnexpectedAppendOffsetError(KafkaError):
+    """A follower append whose batches do not continue the log (Kafka's
+    UnexpectedAppendOffsetException, and its OffsetsOutOfOrderException): a kept batch
+    begins below the log end offset, or below the end of the batch before it. Nothing was
+    appended. ``first_offset``/``last_offset``: the offsets of the appended range."""
+
+    def __init__(self, message: str, first_offset: int, last_offset: int) -> None:
+        super().__init__(ErrorCode.unknown_server_error, message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+
+
+def control_marker(batch: bytes | memoryview, header: BatchHeader) -> EndTxnMarker | None:
+    """What a whole stored control batch of a producer says (None: not a transaction
+    marker, or unreadable: logged and ignored, as a recovery replay does)."""
+    try:
+        return end_txn_marker(batch)
+    except InvalidRecordError as exc:
+        log.warning(
+            "control batch ignored: not a readable transaction marker",
+            offset=header.base_offset,
+            reason=exc.message,
+        )
+        return None
+
+
+def replay_into(
+    state: ProducerStateManager, batch: BatchHeader, marker: EndTxnMarker | None
+) -> None:
+    """Rebuild ``state`` from a stored batch (Kafka's loadProducersFromRecords): what an
+    append did to it, without the transaction index, which already holds what its markers
+    completed."""
+    completed = state.update(batch, batch.max_timestamp, marker)
+    if completed is not None:
+        state.complete_txn(completed)
 
 
 @dataclass(slots=True)
@@ -99,9 +145,12 @@ class Log(ABC):
     batches built, and the aborted transactions its markers completed."""
 
     producer_state: ProducerStateManager
+    leader_epochs: LeaderEpochCache
+    """Which leader epoch began at which offset (appends assign it from the batches)."""
     lock: threading.RLock
     """Serializes appends (and the producer state they update) with whatever else changes
-    the log: rolls, retention, the cleaner's swaps. The Partition appends under it."""
+    the log: rolls, retention, the cleaner's swaps, truncation. The Partition appends
+    under it."""
 
     @property
     @abstractmethod
@@ -120,7 +169,79 @@ class Log(ABC):
 
     @abstractmethod
     def append(self, buffer: bytes, batches: list[BatchHeader]) -> None:
-        """Store ``batches`` of ``buffer``; their headers carry the assigned offsets."""
+        """Store ``batches`` of ``buffer``; their headers carry the assigned offsets and
+        leader epoch, which the leader epoch cache takes when newer."""
+
+    def append_as_follower(self, buffer: bytes, batches: list[BatchHeader]) -> None:
+        """Store batches as a leader's fetch response carries them: their offsets and
+        leader epochs as given (Kafka's appendAsFollower). Leading batches wholly below the
+        log end offset (a range fetched again) are skipped; every batch kept must begin at
+        or past the log end and past the batch before it (a gap, as compaction leaves, is
+        kept), else :class:`UnexpectedAppendOffsetError` and nothing is appended. The
+        producer state is updated as a replay does (markers complete transactions, aborted
+        ones indexed) and the leader epoch cache takes each batch's epoch.
+
+        The caller holds :attr:`lock` and has checked the batches' CRCs."""
+        with self.lock:
+            end = self.log_end_offset
+            skip = 0
+            while skip < len(batches) and batches[skip].next_offset <= end:
+                skip += 1
+            kept = batches[skip:]
+            if not kept:
+                return
+            expected = end
+            for batch in kept:
+                if batch.base_offset < expected:
+                    raise UnexpectedAppendOffsetError(
+                        f"follower append: batch at offset {batch.base_offset} does not "
+                        f"follow offset {expected - 1} (log end offset {end})",
+                        kept[0].base_offset,
+                        kept[-1].last_offset,
+                    )
+                expected = batch.next_offset
+            view = memoryview(buffer)
+            markers = [
+                control_marker(view[b.position : b.position + b.size], b)
+                if b.is_control and b.producer_id >= 0
+                else None
+                for b in kept
+            ]
+            self.append(buffer, kept)
+            for batch, marker in zip(kept, markers, strict=True):
+                self.update_producer_state(batch, marker, now_ms=batch.max_timestamp)
+
+    @abstractmethod
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch at and after ``offset`` (Kafka's truncateTo; a batch holding
+        ``offset`` goes whole), then cut the leader epoch cache there, rebuild the producer
+        state to the new end and keep the recovery point at most the end. With ``offset``
+        at or past the log end, only the epoch cache is cut (at the log end) and False is
+        returned. The log start offset becomes at most the new end; an ``offset`` before
+        the first stored batch empties the log as :meth:`truncate_fully_and_start_at`."""
+
+    @abstractmethod
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every batch, the producer state and the leader epochs, and start the log
+        empty at ``offset`` (log start = log end = ``offset``): a follower whose log ended
+        below its leader's log start (Kafka's truncateFullyAndStartAt)."""
+
+    # leader epochs -----------------------------------------------------------------------
+    @property
+    def latest_epoch(self) -> int:
+        """The latest leader epoch the log holds an entry for, -1 when none."""
+        return self.leader_epochs.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(leader epoch, end offset) for OffsetForLeaderEpoch (Kafka's endOffsetForEpoch):
+        the largest epoch at most ``epoch`` and where the next one begins, the log end for
+        the latest; (-1, -1) when unknown."""
+        return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def maybe_assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` begins at ``start_offset`` (a new leader: its log end)."""
+        with self.lock:
+            self.leader_epochs.assign(epoch, start_offset)
 
     def update_producer_state(
         self, batch: BatchHeader, marker: EndTxnMarker | None = None, now_ms: int | None = None
@@ -192,6 +313,42 @@ class Log(ABC):
         """Release the log's files after a last flush."""
 
 
+class _Columns:
+    """A memory log's batches, one column per field. Appends extend the columns (the
+    ``lasts`` column last: readers take the count from it); a truncation builds new
+    columns and replaces them whole, so a reader holding one set sees it unchanged."""
+
+    __slots__ = ("buffers", "lasts", "max_ts", "positions", "prefixes", "sizes")
+
+    def __init__(self) -> None:
+        self.buffers: list[bytes] = []
+        self.prefixes: list[bytes] = []
+        self.positions = array("q")
+        self.sizes = array("q")
+        self.lasts = array("q")
+        self.max_ts = array("q")
+
+    def head(self, count: int) -> _Columns:
+        """New columns holding the first ``count`` batches."""
+        cut = _Columns()
+        cut.buffers = self.buffers[:count]
+        cut.prefixes = self.prefixes[:count]
+        cut.positions = self.positions[:count]
+        cut.sizes = self.sizes[:count]
+        cut.lasts = self.lasts[:count]
+        cut.max_ts = self.max_ts[:count]
+        return cut
+
+    def base_offset(self, index: int) -> int:
+        offset: int = _PEEK.unpack_from(self.prefixes[index])[0]
+        return offset
+
+    def pieces(self, index: int) -> tuple[bytes, memoryview]:
+        start = self.positions[index] + PREFIX_SIZE
+        end = self.positions[index] + self.sizes[index]
+        return self.prefixes[index], memoryview(self.buffers[index])[start:end]
+
+
 class MemoryLog(Log):
     """A log held in memory: appended buffers, and per batch its place in them.
 
@@ -199,21 +356,17 @@ class MemoryLog(Log):
     its ``served_prefix`` (assigned offset and leader epoch) followed by its stored bytes
     from byte 16 on, so neither append nor read copies record data. Positions and
     offsets live in ``array`` columns, so a long log adds almost nothing for the garbage
-    collector to walk.
+    collector to walk. The leader epoch cache is kept without a checkpoint file.
     """
 
     def __init__(self, start_offset: int = 0) -> None:
-        self.producer_state = ProducerStateManager()
+        self.producer_state = ProducerStateManager(start_offset)
         self.txn_index = TransactionIndex(None)
+        self.leader_epochs = LeaderEpochCache(None)
         self.lock = threading.RLock()
         self._start = start_offset
         self._end = start_offset
-        self._buffers: list[bytes] = []
-        self._prefixes: list[bytes] = []
-        self._positions = array("q")
-        self._sizes = array("q")
-        self._lasts = array("q")
-        self._max_ts = array("q")
+        self._cols = _Columns()
         self._size = 0
 
     @property
@@ -230,14 +383,16 @@ class MemoryLog(Log):
 
     def append(self, buffer: bytes, batches: list[BatchHeader]) -> None:
         with self.lock:
+            cols = self._cols
             for b in batches:
-                self._buffers.append(buffer)
-                self._prefixes.append(served_prefix(b))
-                self._positions.append(b.position)
-                self._sizes.append(b.size)
-                self._max_ts.append(b.max_timestamp)
+                self.leader_epochs.assign(b.partition_leader_epoch, b.base_offset)
+                cols.buffers.append(buffer)
+                cols.prefixes.append(served_prefix(b))
+                cols.positions.append(b.position)
+                cols.sizes.append(b.size)
+                cols.max_ts.append(b.max_timestamp)
                 # Last: readers take the count from this column.
-                self._lasts.append(b.base_offset + b.last_offset_delta)
+                cols.lasts.append(b.base_offset + b.last_offset_delta)
                 self._size += b.size
             if batches:
                 self._end = batches[-1].base_offset + batches[-1].last_offset_delta + 1
@@ -249,12 +404,55 @@ class MemoryLog(Log):
             if new_start <= self._start:
                 return False
             self._start = min(new_start, self._end)
+            self.leader_epochs.truncate_from_start(self._start)
             return True
 
-    def _pieces(self, index: int) -> tuple[bytes, memoryview]:
-        start = self._positions[index] + PREFIX_SIZE
-        end = self._positions[index] + self._sizes[index]
-        return self._prefixes[index], memoryview(self._buffers[index])[start:end]
+    def truncate_to(self, offset: int) -> bool:
+        if offset < 0:
+            raise ValueError(f"cannot truncate a log to a negative offset ({offset})")
+        with self.lock:
+            if offset >= self._end:
+                self.leader_epochs.truncate_from_end(self._end)
+                return False
+            cols = self._cols
+            count = len(cols.lasts)
+            if count == 0 or cols.base_offset(0) > offset:
+                self.truncate_fully_and_start_at(offset)
+                return True
+            keep = bisect.bisect_left(cols.lasts, offset, 0, count)  # first batch ending >= it
+            end = offset if keep == count else min(offset, cols.base_offset(keep))
+            kept = cols.head(keep)
+            self._cols = kept
+            self._size = sum(kept.sizes)
+            self._end = end
+            self._start = min(self._start, end)
+            self.txn_index.truncate_to(end)
+            self.leader_epochs.truncate_from_end(end)
+            state = ProducerStateManager(end)
+            if self.producer_state.producer_count():
+                state = ProducerStateManager()
+                for index in range(keep):
+                    self._replay_batch(state, kept, index)
+                state.map_end_offset = end
+            self.producer_state = state
+            return True
+
+    def _replay_batch(self, state: ProducerStateManager, cols: _Columns, index: int) -> None:
+        data = b"".join(cols.pieces(index))
+        (header,) = scan_batches(data, verify_crc=False)
+        marker = None
+        if header.is_control and header.producer_id >= 0:
+            marker = control_marker(data, header)
+        replay_into(state, header, marker)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        with self.lock:
+            self._cols = _Columns()
+            self._size = 0
+            self._start = self._end = offset
+            self.txn_index.truncate_to(-1)
+            self.leader_epochs.clear()
+            self.producer_state = ProducerStateManager(offset)
 
     def _txn_index_for(self, offset: int) -> TransactionIndex:
         return self.txn_index
@@ -267,34 +465,40 @@ class MemoryLog(Log):
     def read(
         self, offset: int, max_bytes: int, min_one_batch: bool, max_offset: int | None = None
     ) -> list[Piece]:
-        count = len(self._lasts)
-        index = bisect.bisect_left(self._lasts, offset, 0, count)
+        cols = self._cols
+        lasts, sizes = cols.lasts, cols.sizes
+        count = len(lasts)
+        index = bisect.bisect_left(lasts, offset, 0, count)
         out: list[Piece] = []
         total = 0
         while index < count:
-            if max_offset is not None and self._lasts[index] >= max_offset:
+            if max_offset is not None and lasts[index] >= max_offset:
                 break
-            size = self._sizes[index]
+            size = sizes[index]
             if total + size > max_bytes and not (min_one_batch and not out):
                 break
-            out.extend(self._pieces(index))
+            out.extend(cols.pieces(index))
             total += size
             index += 1
         return out
 
-    def _records(self, index: int) -> list[Record]:
-        return list(iter_records(b"".join(self._pieces(index))))
+    def _records(self, cols: _Columns, index: int) -> list[Record]:
+        return list(iter_records(b"".join(cols.pieces(index))))
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        for i in range(len(self._lasts)):
-            if self._max_ts[i] >= timestamp_ms:
-                found = first_at_or_after(self._records(i), timestamp_ms, self._start)
+        cols = self._cols
+        for i in range(len(cols.lasts)):
+            if cols.max_ts[i] >= timestamp_ms:
+                found = first_at_or_after(self._records(cols, i), timestamp_ms, self._start)
                 if found is not None:
                     return found
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
-        count = len(self._lasts)
+        cols = self._cols
+        count = len(cols.lasts)
         if count == 0:
             return None
-        return latest_of_max(self._records(max(range(count), key=self._max_ts.__getitem__)))
+        return latest_of_max(
+            self._records(cols, max(range(count), key=cols.max_ts.__getitem__))
+        )

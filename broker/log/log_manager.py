@@ -12,11 +12,12 @@ With ``memory`` the logs live in memory and are gone at exit.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -327,6 +328,72 @@ class LogManager:
         starts = self._per_dir(lambda f: f.log_start_offset)
         for log_dir in self.log_dirs:
             log_dir.log_start_offsets.write(starts[id(log_dir)])
+
+    # truncation (a follower's divergent tail) ----------------------------------------------
+    def truncate_to(self, tp: TopicPartition, offset: int) -> bool:
+        """Kafka's LogManager.truncateTo for one partition: :meth:`Log.truncate_to`, with
+        the log cleaner paused (a cleaning under way given up) when the cut is below the
+        active segment, the cleaner's checkpoint brought back to the new active segment's
+        base, and the recovery points checkpointed. False when nothing was cut or ``tp`` is
+        not hosted. Call it without holding the log's lock: the cleaner's swap takes it."""
+        partition = self._partitions.get(tp)
+        if partition is None:
+            return False
+        target = partition.log
+        with self._cleaner_paused(tp, target, offset):
+            truncated = target.truncate_to(offset)
+            self._truncate_cleaner_offset(tp, target)
+        if truncated and isinstance(target, FileLog):
+            self.checkpoint_recovery_points()
+        return truncated
+
+    def truncate_fully_and_start_at(self, tp: TopicPartition, offset: int) -> None:
+        """Kafka's LogManager.truncateFullyAndStartAt for one partition (see
+        :meth:`Log.truncate_fully_and_start_at`), the cleaner paused meanwhile, its
+        checkpoint and the recovery and log-start checkpoints following. Call it without
+        holding the log's lock."""
+        partition = self._partitions.get(tp)
+        if partition is None:
+            return
+        target = partition.log
+        with self._cleaner_paused(tp, target, -1):
+            target.truncate_fully_and_start_at(offset)
+            self._truncate_cleaner_offset(tp, target)
+        if isinstance(target, FileLog):
+            self.checkpoint_recovery_points()
+            self.checkpoint_log_start_offsets()
+
+    @contextlib.contextmanager
+    def _cleaner_paused(self, tp: TopicPartition, target: Log, offset: int) -> Iterator[None]:
+        cleaner = self.cleaner
+        pause = (
+            cleaner is not None
+            and isinstance(target, FileLog)
+            and offset < target.segments[-1].base_offset
+        )
+        if cleaner is None or not pause:
+            yield
+            return
+        cleaner.abort_and_pause(tp)
+        try:
+            yield
+        finally:
+            cleaner.resume(tp)
+
+    def _truncate_cleaner_offset(self, tp: TopicPartition, target: Log) -> None:
+        """A first dirty offset past the active segment's base comes back to it (Kafka's
+        maybeTruncateCheckpoint): the offsets after it may hold other records now."""
+        log_dir = self._dirs_of.get(tp)
+        if log_dir is None or not isinstance(target, FileLog):
+            return
+        base = target.segments[-1].base_offset
+        key = (tp.topic, tp.partition)
+        with self._cleaner_offsets_lock:
+            entries = self._cleaner_offsets.get(id(log_dir), {})
+            if entries.get(key, -1) <= base:
+                return
+            entries[key] = base
+        self._write_cleaner_offsets(log_dir)
 
     # the log cleaner's checkpoint ----------------------------------------------------------
     def compacted_logs(self) -> list[tuple[TopicPartition, FileLog]]:

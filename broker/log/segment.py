@@ -180,9 +180,17 @@ class LogSegment:
         after its last indexed batch. False when the indexes fail their sanity checks."""
         if not self.offset_index.load(self.size):
             return False
-        start = self.offset_index.lookup(self.offset_index.last_offset)
         if not self.time_index.load(self.offset_index.last_offset + 1):
             return False
+        self._restore_tail_state()
+        return True
+
+    def _restore_tail_state(self) -> None:
+        """The state after the last batch (next offset, largest timestamp, bytes since the
+        last index entry, the roll's base timestamp) from the indexes as they stand and a
+        scan of the batches after the last indexed one."""
+        self.next_offset = self.base_offset
+        self.max_timestamp = self.offset_of_max_timestamp = self.rolling_base_timestamp = -1
         if self.time_index.last_timestamp >= 0:
             self.max_timestamp = self.time_index.last_timestamp
             self.offset_of_max_timestamp = self.time_index.last_offset
@@ -190,7 +198,7 @@ class LogSegment:
         if first is not None:
             self.next_offset = first.last_offset + 1
         since = 0
-        for header in self.batches(start):
+        for header in self.batches(self.offset_index.lookup(self.offset_index.last_offset)):
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp = header.max_timestamp
                 self.offset_of_max_timestamp = header.last_offset
@@ -200,7 +208,27 @@ class LogSegment:
         head = self.read(0, _MAX_TIMESTAMP.size + _MAX_TIMESTAMP_POS)
         if len(head) == _MAX_TIMESTAMP.size + _MAX_TIMESTAMP_POS:
             (self.rolling_base_timestamp,) = _MAX_TIMESTAMP.unpack_from(head, _MAX_TIMESTAMP_POS)
-        return True
+
+    def truncate_to(self, offset: int, now_ms: int) -> int:
+        """Cut the segment before the batch holding ``offset``, or the first batch after it
+        (Kafka's LogSegment.truncateTo): the file, the index entries and the aborted
+        transactions from there on go, the tail state is restored from what is left; an
+        emptied segment counts as created at ``now_ms``. Returns the bytes cut."""
+        batch = self.find(offset)
+        if batch is None:
+            self.txn_index.truncate_to(offset)
+            return 0
+        self.txn_index.truncate_to(min(offset, batch.base_offset))
+        cut = self.size - batch.position
+        os.ftruncate(self._fd, batch.position)
+        self.size = batch.position
+        self.offset_index.truncate_to_position(batch.position)
+        self.time_index.truncate_to_offset(batch.base_offset)
+        self._restore_tail_state()
+        if self.size == 0:
+            self.next_offset = self.base_offset
+            self.created_ms = now_ms
+        return cut
 
     def recover(self, on_batch: Callable[[BatchHeader], None]) -> tuple[int, str | None]:
         """Check every batch (length, magic, CRC), rebuild both indexes, and cut the file
