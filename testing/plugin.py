@@ -41,6 +41,7 @@ TEST_DEFAULTS: dict[str, str] = {
     "num.partitions": "1",
     "group.initial.rebalance.delay.ms": "0",
     "kplane.log.storage": "memory",  # fast fixtures; tests of the file log override it
+    "controlled.shutdown.retry.backoff.ms": "100",  # a cluster's teardown does not wait 5 s
 }
 
 

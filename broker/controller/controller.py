@@ -8,14 +8,19 @@ over the network as Kafka does — with LeaderAndIsr (the replicas whose role ch
 UpdateMetadata (every live broker) and StopReplica (a deleted topic's replicas), through the
 ControllerChannelManager.
 
-kplane does not replicate between brokers yet, so an ISR is the leader alone: when a leader
-dies its partitions go offline (leader -1) unless ``unclean.leader.election.enable`` lets
-another replica lead.
+A new partition's ISR is its live replicas. Leaders change the ISR themselves (a follower
+that caught up joins, one that fell behind leaves), writing the state znode at the version
+the controller last sent and a notification under ``/isr_change_notification``, which the
+controller answers with UpdateMetadata to every broker. When a broker dies the controller
+takes it out of every ISR and elects new leaders from the ISR; a partition whose ISR has no
+live broker goes offline (leader -1) unless ``unclean.leader.election.enable`` lets another
+replica lead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 import time
@@ -38,11 +43,13 @@ from broker.metadata.kafka_store import (
 )
 from broker.metadata.store import NodeExistsError, NoNodeError
 from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger(__name__)
 
 CONTROLLER_PATH = "/controller"
 EPOCH_PATH = "/controller_epoch"
+ISR_CHANGE_PATH = "/isr_change_notification"
 
 
 class KafkaController:
@@ -68,6 +75,8 @@ class KafkaController:
         self._watched_brokers: set[int] = set()
         self._watched_topics: set[str] = set()
         self._watching = False
+        self._shutting_down: set[int] = set()
+        """Brokers in controlled shutdown: never elected, out of every ISR."""
 
     # election ------------------------------------------------------------------------
     def startup(self) -> None:
@@ -139,10 +148,14 @@ class KafkaController:
             if store.exists(path) is None:
                 with contextlib.suppress(NodeExistsError):
                     store.create(path, makepath=True)
+        if store.exists(ISR_CHANGE_PATH) is None:
+            with contextlib.suppress(NodeExistsError):
+                store.create(ISR_CHANGE_PATH, makepath=True)
         if not self._watching:
             self._watching = True
             store.watch_children("/brokers/ids", lambda _p: self._brokers_changed())
             store.watch_children("/brokers/topics", lambda _p: self._topics_changed())
+            store.watch_children(ISR_CHANGE_PATH, lambda _p: self._isr_changed())
         # Load everything first, then tell every broker the whole state at once.
         self._brokers = {b.broker_id: b for b in self.client.get_brokers()}
         for broker in self._brokers.values():
@@ -176,12 +189,14 @@ class KafkaController:
             gone = set(self._brokers) - set(current)
             joined = [b for i, b in current.items() if self._brokers.get(i) != b]
             self._brokers = current
+            self._shutting_down -= gone | {b.broker_id for b in joined}
             for broker_id in sorted(gone):
                 self.channels.remove_broker(broker_id)
                 log.info("broker gone", broker_id=broker_id)
             for broker in joined:
                 self.channels.add_broker(broker)
             changed = self._elect_offline_partitions() if gone or joined else []
+            changed += self._remove_from_isr(gone)
             if changed:
                 self._send_leader_and_isr(changed)
             # Every live broker learns the new broker list; a joining (or changed) broker
@@ -240,12 +255,11 @@ class KafkaController:
             if (topic, index) in self._states:
                 continue
             record = self.client.get_partition_state(topic, index)
-            if record is None:  # a new partition: its first live replica leads
-                leader = next((r for r in replicas if r in live), -1)
-                record = PartitionStateRecord(
-                    leader, 0, (leader,) if leader >= 0 else (), self.epoch
-                )
-                self.client.set_partition_state(topic, index, record)
+            if record is None:  # a new partition: its first live replica leads, all in sync
+                isr = tuple(r for r in replicas if r in live)
+                record = PartitionStateRecord(isr[0] if isr else -1, 0, isr, self.epoch)
+                version = self.client.set_partition_state(topic, index, record)
+                record = dataclasses.replace(record, version=version)
             state = PartitionState(
                 topic,
                 index,
@@ -254,6 +268,7 @@ class KafkaController:
                 tuple(record.isr),
                 tuple(replicas),
                 assignment.topic_id,
+                record.version,
             )
             self._states[(topic, index)] = state
             self._assigned.add(topic)
@@ -289,10 +304,11 @@ class KafkaController:
         broker does (Kafka's rule)."""
         live = set(self._brokers)
         changed = []
-        for key, s in list(self._states.items()):
-            if s.leader in live:
+        for stale in list(self._states.values()):
+            if stale.leader in live:
                 continue
-            alive = tuple(r for r in s.isr if r in live)
+            s = self._refreshed(stale)
+            alive = tuple(r for r in s.isr if r in live and r not in self._shutting_down)
             leader = alive[0] if alive else -1
             isr = alive or s.isr
             if leader < 0 and self._unclean():
@@ -300,15 +316,7 @@ class KafkaController:
                 isr = (leader,) if leader >= 0 else s.isr
             if leader < 0 and s.leader < 0:
                 continue  # still offline: nothing changes
-            new = PartitionState(
-                s.topic, s.partition, leader, s.leader_epoch + 1, isr, s.replicas, s.topic_id
-            )
-            self.client.set_partition_state(
-                s.topic,
-                s.partition,
-                PartitionStateRecord(leader, new.leader_epoch, isr, self.epoch),
-            )
-            self._states[key] = new
+            new = self._write_state(s, leader, isr)
             changed.append(new)
             log.info(
                 "partition leader elected" if leader >= 0 else "partition offline",
@@ -318,6 +326,188 @@ class KafkaController:
                 leader_epoch=new.leader_epoch,
             )
         return changed
+
+    def _write_state(self, s: PartitionState, leader: int, isr: tuple[int, ...]) -> PartitionState:
+        """Store a new leader and ISR for ``s`` with the next leader epoch."""
+        epoch = s.leader_epoch + 1
+        version = self.client.set_partition_state(
+            s.topic, s.partition, PartitionStateRecord(leader, epoch, isr, self.epoch)
+        )
+        new = dataclasses.replace(s, leader=leader, leader_epoch=epoch, isr=isr, zk_version=version)
+        self._states[(s.topic, s.partition)] = new
+        return new
+
+    def _remove_from_isr(self, gone: set[int]) -> list[PartitionState]:
+        """Take dead brokers out of the ISR of partitions whose leader lives (Kafka's
+        controller does this at once, so acks=all producers do not wait for the lag
+        timeout); the leader epoch moves on."""
+        changed = []
+        for stale in list(self._states.values()):
+            if stale.leader in gone or stale.leader < 0 or not gone & set(stale.isr):
+                continue
+            s = self._refreshed(stale)
+            isr = tuple(r for r in s.isr if r not in gone)
+            changed.append(self._write_state(s, s.leader, isr))
+        return changed
+
+    def elect_leaders(
+        self, unclean: bool, partitions: list[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+        """ElectLeaders: the preferred replica (the first assigned) becomes leader where it is
+        live and in the ISR; with ``unclean``, a partition without a leader gets any live
+        replica. ``partitions`` None: every partition (Kafka answers only those it changed
+        then). KafkaError NOT_CONTROLLER on a broker that is not the controller."""
+        with self._lock:
+            if not self.active:
+                raise KafkaError(ErrorCode.not_controller, "this broker is not the controller")
+            wanted = list(self._states) if partitions is None else partitions
+            results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+            changed: list[PartitionState] = []
+            live = set(self._brokers) - self._shutting_down
+            for key in wanted:
+                stale = self._states.get(key)
+                if stale is None:
+                    results[key] = (ErrorCode.unknown_topic_or_partition, None)
+                    continue
+                s = self._refreshed(stale)
+                if unclean:
+                    leader = next((r for r in s.replicas if r in live), -1)
+                    if s.leader in live:
+                        results[key] = (ErrorCode.election_not_needed, None)
+                        continue
+                    if leader < 0:
+                        results[key] = (
+                            ErrorCode.eligible_leaders_not_available,
+                            "no live replica",
+                        )
+                        continue
+                    changed.append(self._write_state(s, leader, (leader,)))
+                else:
+                    preferred = s.replicas[0] if s.replicas else -1
+                    if s.leader == preferred:
+                        results[key] = (ErrorCode.election_not_needed, None)
+                        continue
+                    if preferred not in live or preferred not in s.isr:
+                        results[key] = (
+                            ErrorCode.preferred_leader_not_available,
+                            f"preferred replica {preferred} is not live and in the ISR",
+                        )
+                        continue
+                    changed.append(self._write_state(s, preferred, s.isr))
+                results[key] = (ErrorCode.none, None)
+            if changed:
+                self._send_leader_and_isr(changed)
+                self._send_update_metadata(changed)
+                log.info("leaders elected", unclean=unclean, partitions=len(changed))
+            if partitions is None:
+                return {k: v for k, v in results.items() if v[0] is ErrorCode.none}
+            return results
+
+    def rebalance_leaders(self, imbalance_percentage: int) -> int:
+        """``auto.leader.rebalance.enable``: for each broker whose share of partitions led
+        by another replica than their preferred one (it) is above
+        ``leader.imbalance.per.broker.percentage``, elect the preferred leaders. Returns how
+        many partitions moved."""
+        with self._lock:
+            if not self.active:
+                return 0
+            by_preferred: dict[int, list[PartitionState]] = {}
+            for s in self._states.values():
+                if s.replicas:
+                    by_preferred.setdefault(s.replicas[0], []).append(s)
+            moving: list[tuple[str, int]] = []
+            for broker, states in by_preferred.items():
+                misled = [s for s in states if s.leader != broker]
+                if broker in self._brokers and len(misled) * 100 > imbalance_percentage * len(
+                    states
+                ):
+                    moving += [(s.topic, s.partition) for s in misled]
+            if not moving:
+                return 0
+            moved = self.elect_leaders(False, moving)
+            return sum(1 for error, _ in moved.values() if error is ErrorCode.none)
+
+    def controlled_shutdown(self, broker_id: int) -> list[tuple[str, int]]:
+        """Kafka's controlled shutdown: the partitions ``broker_id`` leads get a leader
+        from the rest of their ISR, and it leaves the ISR of those it follows (and stops
+        fetching them). Returns the partitions it still leads (no other ISR member).
+        KafkaError NOT_CONTROLLER on a broker that is not the controller,
+        BROKER_NOT_AVAILABLE for a broker that is not live."""
+        with self._lock:
+            if not self.active:
+                raise KafkaError(ErrorCode.not_controller, "this broker is not the controller")
+            if broker_id not in self._brokers:
+                raise KafkaError(ErrorCode.broker_not_available, f"broker {broker_id} is not live")
+            self._shutting_down.add(broker_id)
+            live = set(self._brokers) - self._shutting_down
+            changed: list[PartitionState] = []
+            stopped: list[tuple[str, int]] = []
+            for stale in list(self._states.values()):
+                if broker_id not in stale.replicas or len(stale.replicas) < 2:
+                    continue
+                s = self._refreshed(stale)
+                isr = tuple(r for r in s.isr if r != broker_id)
+                if s.leader == broker_id:
+                    leader = next((r for r in isr if r in live), None)
+                    if leader is not None:
+                        changed.append(self._write_state(s, leader, isr))
+                elif broker_id in s.isr:
+                    changed.append(self._write_state(s, s.leader, isr))
+                    stopped.append((s.topic, s.partition))
+            if changed:
+                self._send_leader_and_isr(changed)
+                self._send_update_metadata(changed)
+            if stopped:
+                self._send(
+                    broker_id,
+                    ApiKey.STOP_REPLICA,
+                    stop_replica(self.broker_id, self.epoch, stopped, False),
+                )
+            remaining = [
+                (s.topic, s.partition)
+                for s in self._states.values()
+                if s.leader == broker_id and len(s.replicas) > 1
+            ]
+            log.info(
+                "controlled shutdown",
+                broker_id=broker_id,
+                moved=len(changed),
+                remaining=len(remaining),
+            )
+            return remaining
+
+    def _refreshed(self, s: PartitionState) -> PartitionState:
+        """``s`` with the ISR and version stored now (a leader may have changed the ISR
+        since the controller last read it)."""
+        record = self.client.get_partition_state(s.topic, s.partition)
+        if record is None:
+            return s
+        return dataclasses.replace(
+            s,
+            leader=record.leader,
+            leader_epoch=record.leader_epoch,
+            isr=tuple(record.isr),
+            zk_version=record.version,
+        )
+
+    def _isr_changed(self) -> None:
+        """Leaders changed ISRs: read the partitions' state again and tell every broker."""
+        with self._lock:
+            if not self.active:
+                return
+            changed = []
+            for name, partitions in self.client.isr_change_notifications():
+                for topic, index in partitions:
+                    s = self._states.get((topic, index))
+                    if s is None:
+                        continue
+                    new = self._refreshed(s)
+                    self._states[(topic, index)] = new
+                    changed.append(new)
+                self.client.delete_isr_change_notification(name)
+            if changed:
+                log.info("isr changes propagated", partitions=len(changed))
+                self._send_update_metadata(changed)
 
     # sending -------------------------------------------------------------------------
     def _send(self, broker_id: int, api_key: int, build: Callable[[int], object]) -> None:

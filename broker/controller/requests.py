@@ -36,12 +36,14 @@ class PartitionState:
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
     topic_id: uuid.UUID | None = None
+    zk_version: int = 0
+    """The version of the partition's state znode (Kafka's zkVersion): bumped by every
+    change, the controller's and a leader's ISR change alike."""
 
     @property
     def partition_epoch(self) -> int:
-        """Bumped with every state change the controller makes (kplane: the leader epoch)."""
-        return self.leader_epoch
-
+        """Kafka's partition epoch in ZooKeeper mode: the state znode's version."""
+        return self.zk_version
 
 
 def _partition_state(cls: type[Any], s: PartitionState, controller_epoch: int) -> Any:

@@ -84,6 +84,9 @@ class PartitionStateRecord:
     leader_epoch: int
     isr: tuple[int, ...]
     controller_epoch: int
+    version: int = 0
+    """The znode's version when read (Kafka's zkVersion, the partition epoch): a leader's
+    ISR change is written only if the node is still at it."""
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -97,9 +100,11 @@ class PartitionStateRecord:
         ).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> PartitionStateRecord:
+    def from_json(cls, data: bytes, version: int = 0) -> PartitionStateRecord:
         doc = json.loads(data)
-        return cls(doc["leader"], doc["leader_epoch"], tuple(doc["isr"]), doc["controller_epoch"])
+        return cls(
+            doc["leader"], doc["leader_epoch"], tuple(doc["isr"]), doc["controller_epoch"], version
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,19 +248,57 @@ class KafkaMetadataClient:
                 with contextlib.suppress(NoNodeError):
                     self.store.delete(path, recursive=True)
 
-    def set_partition_state(self, topic: str, partition: int, state: PartitionStateRecord) -> None:
-        """Write a partition's leader and ISR."""
-        self.store.set_or_create(
-            f"/brokers/topics/{topic}/partitions/{partition}/state", state.to_json()
+    def set_partition_state(self, topic: str, partition: int, state: PartitionStateRecord) -> int:
+        """Write a partition's leader and ISR (the controller's decision); returns the
+        node's new version."""
+        path = _partition_state_path(topic, partition)
+        self.store.set_or_create(path, state.to_json())
+        return self.store.get(path)[1].version
+
+    def update_isr(self, topic: str, partition: int, state: PartitionStateRecord) -> int:
+        """A leader's ISR change, written only if the node is still at ``state.version``
+        (BadVersionError otherwise: the controller changed it since); then a notification
+        under ``/isr_change_notification`` tells the controller. Returns the new version."""
+        stat = self.store.set(
+            _partition_state_path(topic, partition), state.to_json(), version=state.version
         )
+        self.store.create(
+            "/isr_change_notification/isr_change_",
+            json.dumps(
+                {"version": 1, "partitions": [{"topic": topic, "partition": partition}]}
+            ).encode(),
+            makepath=True,
+            sequential=True,
+        )
+        return stat.version
+
+    def isr_change_notifications(self) -> list[tuple[str, list[tuple[str, int]]]]:
+        """(node name, partitions) of every pending ISR change notification."""
+        out: list[tuple[str, list[tuple[str, int]]]] = []
+        try:
+            names = self.store.get_children("/isr_change_notification")
+        except NoNodeError:
+            return out
+        for name in sorted(names):
+            with contextlib.suppress(NoNodeError, ValueError, KeyError, TypeError):
+                doc = json.loads(self.store.get(f"/isr_change_notification/{name}")[0])
+                out.append(
+                    (name, [(str(p["topic"]), int(p["partition"])) for p in doc["partitions"]])
+                )
+        return out
+
+    def delete_isr_change_notification(self, name: str) -> None:
+        """Remove one processed ISR change notification."""
+        with contextlib.suppress(NoNodeError):
+            self.store.delete(f"/isr_change_notification/{name}")
 
     def get_partition_state(self, topic: str, partition: int) -> PartitionStateRecord | None:
-        """A partition's leader and ISR, or None."""
+        """A partition's leader and ISR with the node's version, or None."""
         try:
-            data, _ = self.store.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+            data, stat = self.store.get(_partition_state_path(topic, partition))
         except NoNodeError:
             return None
-        return PartitionStateRecord.from_json(data)
+        return PartitionStateRecord.from_json(data, stat.version)
 
     # configs -------------------------------------------------------------------------
     def get_entity_config(self, entity_type: str, name: str) -> dict[str, str]:
@@ -435,6 +478,10 @@ class KafkaMetadataClient:
                 self.store.set_or_create(_offset_path(group_id, topic, partition), data)
             with contextlib.suppress(NoNodeError):
                 self.store.delete(_pending_path(group_id, producer_id))
+
+
+def _partition_state_path(topic: str, partition: int) -> str:
+    return f"/brokers/topics/{topic}/partitions/{partition}/state"
 
 
 def _transaction_path(transactional_id: str) -> str:

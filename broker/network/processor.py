@@ -201,6 +201,7 @@ class KafkaConnection(asyncio.Protocol):
         request.response_dequeue_ns = time.monotonic_ns()
         if response.pieces and self.transport is not None and not self.closing:
             self.transport.writelines(response.pieces)
+            request.response_bytes = sum(len(piece) for piece in response.pieces)
         self.processor.observe(request)
         self.last_active = time.monotonic()
         self.in_flight = None

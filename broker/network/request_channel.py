@@ -55,6 +55,7 @@ class Request:
     api_local_complete_ns: int = 0
     response_enqueue_ns: int = 0
     response_dequeue_ns: int = 0
+    response_bytes: int = 0  # written to the client (0 for no answer)
     disconnected: bool = False  # the client closed its connection while this was in flight
     _on_disconnect: Callable[[], object] | None = None
 

@@ -15,7 +15,8 @@ from typing import Any
 import structlog
 
 from broker.config.endpoint import EndPoint, SecurityProtocol
-from broker.log.partition import TopicPartition
+from broker.controller.controller import KafkaController
+from broker.log.partition import ReplicaAssignment, TopicPartition
 from broker.metadata.cache import MetadataCache, PartitionInfo, TopicInfo
 from broker.metadata.kafka_store import BrokerRegistration
 from broker.server.context import Handler, RequestContext
@@ -42,17 +43,26 @@ def _grouped(body: Any, flat: str, grouped: str, name: str) -> Iterator[tuple[st
 
 
 class ControllerApis:
-    """The three controller-to-broker APIs."""
+    """The three controller-to-broker APIs, and the requests the controller answers:
+    ControlledShutdown (from a broker) and ElectLeaders (from an admin); ``controller()`` is
+    this broker's KafkaController (NOT_CONTROLLER unless it is the active one)."""
 
     def __init__(
-        self, broker_id: int, replica_manager: ReplicaManager, cache: MetadataCache
+        self,
+        broker_id: int,
+        replica_manager: ReplicaManager,
+        cache: MetadataCache,
+        controller: Callable[[], KafkaController],
     ) -> None:
         self.broker_id = broker_id
         self.replica_manager = replica_manager
         self.cache = cache
+        self.controller = controller
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
+            ApiKey.CONTROLLED_SHUTDOWN: self.handle_controlled_shutdown,
+            ApiKey.ELECT_LEADERS: self.handle_elect_leaders,
             ApiKey.LEADER_AND_ISR: self.handle_leader_and_isr,
             ApiKey.STOP_REPLICA: self.handle_stop_replica,
             ApiKey.UPDATE_METADATA: self.handle_update_metadata,
@@ -85,6 +95,71 @@ class ControllerApis:
             )
             return exc.code, {}
 
+    # ControlledShutdown --------------------------------------------------------------
+    def handle_controlled_shutdown(self, ctx: RequestContext) -> None:
+        """A broker about to stop asks the controller to move its leaderships away."""
+        remaining: list[tuple[str, int]] = []
+        if not ctx.authorized(AclOperation.CLUSTER_ACTION, AclResourceType.CLUSTER):
+            error = ErrorCode.cluster_authorization_failed
+        else:
+            try:
+                remaining = self.controller().controlled_shutdown(int(ctx.body.broker_id))
+                error = ErrorCode.none
+            except KafkaError as exc:
+                error = exc.code
+        ctx.respond(
+            ctx.make_response(
+                error_code=error,
+                remaining_partitions=tuple(
+                    ctx.make("RemainingPartition", topic_name=t, partition_index=p)
+                    for t, p in remaining
+                ),
+            )
+        )
+
+    # ElectLeaders ----------------------------------------------------------------------
+    def handle_elect_leaders(self, ctx: RequestContext) -> None:
+        """Preferred (0) or unclean (1) leader election, by the controller (Alter on the
+        cluster)."""
+        req = ctx.body
+        wanted = (
+            None
+            if req.topic_partitions is None
+            else [(t.topic, int(p)) for t in req.topic_partitions for p in t.partitions]
+        )
+        error = ErrorCode.none
+        results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+        if not ctx.authorized(AclOperation.ALTER, AclResourceType.CLUSTER):
+            error = ErrorCode.cluster_authorization_failed
+        else:
+            try:
+                results = self.controller().elect_leaders(
+                    int(getattr(req, "election_type", 0)) == 1, wanted
+                )
+            except KafkaError as exc:
+                error = exc.code
+        if error is not ErrorCode.none and wanted is not None:
+            results = dict.fromkeys(wanted, (error, None))
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition), (code, message) in results.items():
+            by_topic.setdefault(topic, []).append(
+                ctx.make(
+                    "PartitionResult",
+                    partition_id=partition,
+                    error_code=code,
+                    error_message=message,
+                )
+            )
+        ctx.respond(
+            ctx.make_response(
+                error_code=error,
+                replica_election_results=tuple(
+                    ctx.make("ReplicaElectionResult", topic=t, partition_result=tuple(ps))
+                    for t, ps in by_topic.items()
+                ),
+            )
+        )
+
     # LeaderAndIsr --------------------------------------------------------------------
     def handle_leader_and_isr(self, ctx: RequestContext) -> None:
         body = ctx.body
@@ -93,9 +168,13 @@ class ControllerApis:
         states = [
             ReplicaState(
                 TopicPartition(name, int(s.partition_index)),
-                int(s.leader),
-                int(s.leader_epoch),
-                int(s.partition_epoch),
+                ReplicaAssignment(
+                    int(s.leader),
+                    int(s.leader_epoch),
+                    int(s.partition_epoch),
+                    tuple(int(r) for r in s.replicas),
+                    tuple(int(r) for r in s.isr),
+                ),
             )
             for name, _, s in entries
         ]

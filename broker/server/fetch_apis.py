@@ -13,7 +13,13 @@ from typing import Any
 from broker.log.partition import TopicPartition
 from broker.metadata.cache import MetadataCache
 from broker.server.context import Handler, RequestContext
-from broker.server.replica_manager import READ_COMMITTED, ReadResult, ReplicaManager
+from broker.server.replica_manager import (
+    FETCH_LOG_END,
+    READ_COMMITTED,
+    ReadResult,
+    ReplicaManager,
+    fetchable_end,
+)
 from broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
 from common.acl import AclOperation, AclResourceType
 from protocol.api_keys import ApiKey
@@ -53,20 +59,27 @@ class DelayedFetch(DelayedOperation):
     def try_complete(self) -> bool:
         available = 0
         min_bytes = int(self.ctx.body.min_bytes)
-        committed = _isolation_level(self.ctx) == READ_COMMITTED
+        isolation_level = _isolation_level(self.ctx)
         for spec in self.specs:
             if spec.tp is None:
                 continue
             partition = self.apis.replica_manager.log_manager.get(spec.tp)
             if partition is None:
                 return self.force_complete()
-            hw = partition.high_watermark
-            if spec.offset > hw or spec.offset < partition.log.log_start_offset:
+            limit = (
+                partition.log.log_end_offset
+                if isolation_level == FETCH_LOG_END
+                else partition.high_watermark
+            )
+            if spec.offset > limit or spec.offset < partition.log.log_start_offset:
                 return self.force_complete()
-            bound = partition.last_stable_offset if committed else hw
+            bound = fetchable_end(partition, isolation_level)
             if spec.offset < bound:
                 views = partition.log.read(
-                    spec.offset, spec.max_bytes, True, bound if committed else None
+                    spec.offset,
+                    spec.max_bytes,
+                    True,
+                    None if isolation_level == FETCH_LOG_END else bound,
                 )
                 available += sum(len(v) for v in views)
                 if available >= min_bytes:
@@ -136,12 +149,19 @@ class FetchApis:
     def handle_fetch(self, ctx: RequestContext) -> None:
         req = ctx.body
         by_id = ctx.api_version >= 13
+        replica_id = _replica_id(ctx)
+        # A follower's fetch needs ClusterAction; its topics are not checked for Read.
+        follower_allowed = replica_id >= 0 and ctx.authorized(
+            AclOperation.CLUSTER_ACTION, AclResourceType.CLUSTER
+        )
         specs: list[FetchPartitionSpec] = []
         for topic in req.topics:
             key = topic.topic_id if by_id else topic.topic
             name = self.cache.topic_name(key) if by_id else key
-            readable = name is not None and ctx.authorized(
-                AclOperation.READ, AclResourceType.TOPIC, name
+            readable = name is not None and (
+                follower_allowed
+                if replica_id >= 0
+                else ctx.authorized(AclOperation.READ, AclResourceType.TOPIC, name)
             )
             error = (
                 ErrorCode.unknown_topic_id if name is None else ErrorCode.topic_authorization_failed
@@ -154,6 +174,10 @@ class FetchApis:
                         key, tp, int(p.fetch_offset), int(p.partition_max_bytes), index, error
                     )
                 )
+        if follower_allowed:
+            for spec in specs:
+                if spec.tp is not None:
+                    self.replica_manager.update_follower_fetch(spec.tp, replica_id, spec.offset)
         max_wait_ms = req.max_wait.total_seconds() * 1000.0
         if max_wait_ms <= 0 or int(req.min_bytes) <= 0 or not specs:
             self.respond(ctx, specs)
@@ -288,6 +312,17 @@ class FetchApis:
         return ErrorCode.none, found[0], found[1], epoch
 
 
+def _replica_id(ctx: RequestContext) -> int:
+    """The fetching follower's broker id (``replica_state`` from Fetch v15), or -1 for a
+    consumer."""
+    body = ctx.body
+    state = getattr(body, "replica_state", None)
+    return int(state.replica_id if state is not None else getattr(body, "replica_id", -1))
+
+
 def _isolation_level(ctx: RequestContext) -> int:
-    """The request's isolation level (ListOffsets v0 and v1 have none: READ_UNCOMMITTED)."""
+    """The request's isolation level (ListOffsets v0 and v1 have none: READ_UNCOMMITTED);
+    FETCH_LOG_END for a follower's Fetch."""
+    if ctx.api_key == ApiKey.FETCH and _replica_id(ctx) >= 0:
+        return FETCH_LOG_END
     return int(getattr(ctx.body, "isolation_level", 0))

@@ -31,6 +31,7 @@ from broker.metadata.zk_store import ZooKeeperMetadataStore
 from broker.metrics import (
     BrokerMetrics,
     MetricsHttpServer,
+    metric_name,
 )
 from broker.metrics.reporters import DynamicMetricsReporters
 from broker.network.broker_channels import BrokerChannelManager
@@ -47,6 +48,7 @@ from broker.server.admin_manager import AdminManager, TopicDefaults
 from broker.server.api_versions import ApiVersionsApi
 from broker.server.config_apis import ConfigApis, load_policy
 from broker.server.context import ApiFamily
+from broker.server.controlled_shutdown import controlled_shutdown
 from broker.server.controller_apis import ControllerApis
 from broker.server.dynamic_listeners import (
     DynamicListenerConfig,
@@ -57,10 +59,12 @@ from broker.server.dynamic_thread_pool import DynamicThreadPool
 from broker.server.fetch_apis import FetchApis
 from broker.server.group_apis import GroupApis
 from broker.server.kafka_apis import KafkaApis
+from broker.server.leader_epoch_apis import OffsetForLeaderEpochApis
 from broker.server.lifecycle import Lifecycle
 from broker.server.metadata_apis import MetadataApis
 from broker.server.process_tuning import set_switch_interval, settle_heap
 from broker.server.produce_apis import ProduceApis, ProducerIdManager
+from broker.server.replica_fetcher import ReplicaFetcherManager
 from broker.server.replica_manager import ReplicaManager
 from broker.server.request_handler import RequestHandlerPool
 from broker.server.request_metrics import RequestMetricsObserver
@@ -72,6 +76,7 @@ from broker.transaction.coordinator import TransactionConfig, TransactionCoordin
 from broker.transaction.marker_channel import UNKNOWN_PARTITION, TransactionMarkerChannelManager
 from broker.transaction.state_manager import TransactionStateManager
 from broker.utils.purgatory import DelayedOperationPurgatory
+from broker.utils.scheduler import KafkaScheduler
 from broker.utils.timer import SystemTimer
 
 log = structlog.get_logger(__name__)
@@ -183,13 +188,17 @@ class KafkaServer:
         self.log_configs = LogConfigs(self.client, lambda: self.config)
         self.log_manager.startup(CleanerConfig.from_config(config), self.metrics)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", self.timer)
+        self.produce_purgatory = DelayedOperationPurgatory("Produce", self.timer)
         self.replica_manager = ReplicaManager(
             self.broker_id,
             self.log_manager,
             self.cache,
             self.fetch_purgatory,
             self.log_configs,
+            self.produce_purgatory,
+            lambda tp, record: self.client.update_isr(tp.topic, tp.partition, record),
         )
+        self._start_replication(config)
         self.admin = AdminManager(
             self.client,
             self.cache,
@@ -211,6 +220,51 @@ class KafkaServer:
         )
         self.lifecycle.on_shutdown("stop group coordinator", self.group_coordinator.shutdown)
         self._start_transaction_coordinator(config)
+
+    def _start_replication(self, config: KafkaConfig) -> None:
+        """The fetchers of the partitions this broker follows, and the leader's periodic
+        ISR check (every half ``replica.lag.time.max.ms``, as Kafka's)."""
+        self.replica_fetchers = ReplicaFetcherManager(
+            self.broker_id, config, self.cache, self.log_manager
+        )
+        self.replica_manager.fetchers = self.replica_fetchers
+        self.lifecycle.on_shutdown("stop replica fetchers", self.replica_fetchers.shutdown)
+        rm = self.replica_manager
+        for mbean_type, name, doc, fn in (
+            (
+                "ReplicaManager",
+                "UnderReplicatedPartitions",
+                "Partitions led here whose ISR lacks replicas.",
+                rm.under_replicated_partitions,
+            ),
+            ("ReplicaManager", "IsrShrinksPerSec", "ISR shrinks so far.", lambda: rm.isr_shrinks),
+            ("ReplicaManager", "IsrExpandsPerSec", "ISR expands so far.", lambda: rm.isr_expands),
+            (
+                "ReplicaFetcherManager",
+                "MaxLag",
+                "Largest lag in offsets of a partition followed here.",
+                self.replica_fetchers.max_lag,
+            ),
+        ):
+            self.metrics.register_gauge(metric_name("server", mbean_type, name), doc, fn)
+        lag_ms = config.get_int("replica.lag.time.max.ms")
+        self.replication_scheduler = KafkaScheduler("replica-isr-scheduler")
+        self.lifecycle.on_shutdown("stop isr checks", self.replication_scheduler.shutdown)
+        if config.get_bool("auto.leader.rebalance.enable"):
+            interval_ms = config.get_int("leader.imbalance.check.interval.seconds") * 1000
+            percentage = config.get_int("leader.imbalance.per.broker.percentage")
+            self.replication_scheduler.schedule(
+                "auto-leader-rebalance",
+                lambda: self.controller.rebalance_leaders(percentage),
+                interval_ms,
+                interval_ms,
+            )
+        self.replication_scheduler.schedule(
+            "isr-expiration",
+            lambda: self.replica_manager.maybe_shrink_isr(lag_ms),
+            lag_ms / 2,
+            lag_ms / 2,
+        )
 
     def _start_transaction_coordinator(self, config: KafkaConfig) -> None:
         """The transaction coordinator: its state in the metadata store, its markers
@@ -318,6 +372,7 @@ class KafkaServer:
         self.registrar.register()
         self.lifecycle.on_shutdown("drain", self._drain)
         self.lifecycle.on_shutdown("complete delayed fetches", self.fetch_purgatory.complete_all)
+        self.lifecycle.on_shutdown("complete delayed produces", self.produce_purgatory.complete_all)
         self.lifecycle.on_shutdown("stop accepting", self.socket_server.stop_accepting)
         self.socket_server.start()
 
@@ -338,6 +393,11 @@ class KafkaServer:
             self.store.add_session_listener(self._on_new_session)
         self._await_own_metadata()
         self.txn_coordinator.startup()
+        # Shutdown's first step, while everything still serves: leaderships move away.
+        self.lifecycle.on_shutdown(
+            "controlled shutdown",
+            lambda: controlled_shutdown(self.config, self.cache, self.broker_id),
+        )
         self.config_changes = ConfigChangeListener(self.store)
         self.config_changes.subscribe(self.dynamic.on_config_change)
         self.config_changes.subscribe(self.log_configs.on_config_change)
@@ -355,7 +415,7 @@ class KafkaServer:
                 self._coordinator_of,
                 self._txn_coordinator_of,
             ),
-            ProduceApis(self.replica_manager, self.cache),
+            ProduceApis(self.replica_manager, self.cache, self.produce_purgatory),
             TxnApis(
                 self.txn_coordinator,
                 self.producer_ids,
@@ -365,6 +425,7 @@ class KafkaServer:
                 lambda: self.config.get_int("offsets.topic.num.partitions"),
                 self.replica_manager,
             ),
+            OffsetForLeaderEpochApis(self.replica_manager),
             FetchApis(
                 self.replica_manager,
                 self.cache,
@@ -389,7 +450,12 @@ class KafkaServer:
                 self.cache,
                 load_policy(self.config.get("alter.config.policy.class.name")),
             ),
-            ControllerApis(self.broker_id, self.replica_manager, self.cache),
+            ControllerApis(
+                self.broker_id,
+                self.replica_manager,
+                self.cache,
+                lambda: self.controller,
+            ),
             ScramApis(self.scram_credentials),
             GroupApis(
                 self.group_coordinator,

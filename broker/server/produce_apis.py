@@ -13,6 +13,7 @@ from broker.log.partition import TopicPartition
 from broker.metadata.cache import MetadataCache
 from broker.server.context import Handler, RequestContext
 from broker.server.replica_manager import AppendResult, ReplicaManager
+from broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
 from common.acl import AclOperation, AclResourceType
 from protocol.errors import ErrorCode
 
@@ -42,12 +43,61 @@ class ProducerIdManager:
             return pid
 
 
+class DelayedProduce(DelayedOperation):
+    """An acks=all Produce waiting until the ISR has its records (the high watermark
+    passed them) or for its ``timeout_ms``: REQUEST_TIMED_OUT then, as Kafka answers."""
+
+    def __init__(
+        self,
+        apis: ProduceApis,
+        ctx: RequestContext,
+        results: list[tuple[Any, list[tuple[int, TopicPartition | None, AppendResult]]]],
+        waiting: dict[TopicPartition, int],
+        timeout_ms: float,
+    ) -> None:
+        super().__init__(max(timeout_ms, 0.0))
+        self.apis = apis
+        self.ctx = ctx
+        self.results = results
+        self.waiting = waiting
+        self.outcome: dict[TopicPartition, ErrorCode] = {}
+
+    def try_complete(self) -> bool:
+        for tp, required in self.waiting.items():
+            if tp not in self.outcome:
+                error = self.apis.replica_manager.replicated(tp, required)
+                if error is not None:
+                    self.outcome[tp] = error
+        if len(self.outcome) == len(self.waiting):
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        for _key, partitions in self.results:
+            for _index, tp, result in partitions:
+                if tp in self.waiting:
+                    error = self.outcome.get(tp, ErrorCode.request_timed_out)
+                    if error is not ErrorCode.none:
+                        result.error = error
+                        result.message = None
+        try:
+            self.apis._respond(self.ctx, self.results)
+        except Exception as exc:  # on a fetch handler's or the timer's thread: answer
+            self.ctx.fail(exc)
+
+
 class ProduceApis:
     """Produce (acks 0, 1, all; idempotent sequences; transactional batches)."""
 
-    def __init__(self, replica_manager: ReplicaManager, cache: MetadataCache) -> None:
+    def __init__(
+        self,
+        replica_manager: ReplicaManager,
+        cache: MetadataCache,
+        produce_purgatory: DelayedOperationPurgatory | None = None,
+    ) -> None:
         self.replica_manager = replica_manager
         self.cache = cache
+        self.produce_purgatory = produce_purgatory
 
     def handlers(self) -> Mapping[int, Handler]:
         return {PRODUCE: self.handle_produce}
@@ -56,39 +106,73 @@ class ProduceApis:
         req = ctx.body
         acks = int(req.acks)
         by_id = ctx.api_version >= 13
-        topics_out: list[Any] = []
-        any_error = False
+        # (topic key, [(partition index, its TopicPartition or None, result)])
+        results: list[tuple[Any, list[tuple[int, TopicPartition | None, AppendResult]]]] = []
         # A transactional producer needs Write on its transactional id (KIP-98).
         txn_denied = req.transactional_id is not None and not ctx.authorized(
             AclOperation.WRITE, AclResourceType.TRANSACTIONAL_ID, req.transactional_id
         )
         for topic in req.topic_data:
+            key = topic.topic_id if by_id else topic.name
             name = self.cache.topic_name(topic.topic_id) if by_id else topic.name
             writable = name is not None and ctx.authorized(
                 AclOperation.WRITE, AclResourceType.TOPIC, name
             )
-            partitions_out = []
+            partitions: list[tuple[int, TopicPartition | None, AppendResult]] = []
             for pd in topic.partition_data:
+                tp = TopicPartition(name, pd.index) if name is not None else None
                 if acks not in (0, 1, -1):
                     result = AppendResult(
                         ErrorCode.invalid_required_acks, f"acks={acks} is not 0, 1 or -1"
                     )
                 elif txn_denied:
                     result = AppendResult(ErrorCode.transactional_id_authorization_failed, None)
-                elif name is None:
+                elif tp is None:
                     result = AppendResult(ErrorCode.unknown_topic_id, "unknown topic id")
                 elif not writable:
                     result = AppendResult(ErrorCode.topic_authorization_failed, None)
                 else:
-                    result = self.replica_manager.append(
-                        TopicPartition(name, pd.index), pd.records, acks, ctx.api_version
-                    )
-                any_error |= result.error is not ErrorCode.none
+                    result = self.replica_manager.append(tp, pd.records, acks, ctx.api_version)
+                partitions.append((pd.index, tp, result))
+            results.append((key, partitions))
+        if acks == 0:
+            # Kafka closes the connection so an acks=0 producer notices a failed write.
+            if any(r.error is not ErrorCode.none for _, ps in results for _, _, r in ps):
+                log.info(
+                    "closing acks=0 connection after a failed produce",
+                    connection=ctx.request.connection_id,
+                )
+                ctx.close_connection()
+            else:
+                ctx.respond_nothing()
+            return
+        waiting = {
+            tp: result.info.last_offset + 1
+            for _, ps in results
+            for _, tp, result in ps
+            if acks == -1 and tp is not None and result.info is not None
+        }
+        if not waiting or self.produce_purgatory is None:
+            self._respond(ctx, results)
+            return
+        delayed = DelayedProduce(self, ctx, results, waiting, req.timeout.total_seconds() * 1000.0)
+        self.produce_purgatory.try_complete_else_watch(delayed, list(waiting))
+
+    def _respond(
+        self,
+        ctx: RequestContext,
+        results: list[tuple[Any, list[tuple[int, TopicPartition | None, AppendResult]]]],
+    ) -> None:
+        by_id = ctx.api_version >= 13
+        topics_out = []
+        for key, partitions in results:
+            partitions_out = []
+            for index, _tp, result in partitions:
                 info = result.info
                 partitions_out.append(
                     ctx.make(
                         "PartitionProduceResponse",
-                        index=pd.index,
+                        index=index,
                         error_code=result.error,
                         error_message=result.message,
                         base_offset=info.first_offset if info else -1,
@@ -100,22 +184,11 @@ class ProduceApis:
             topics_out.append(
                 ctx.make(
                     "TopicProduceResponse",
-                    name=topic.name if not by_id else None,
-                    topic_id=topic.topic_id if by_id else None,
+                    name=None if by_id else key,
+                    topic_id=key if by_id else None,
                     partition_responses=tuple(partitions_out),
                 )
             )
-        if acks == 0:
-            # Kafka closes the connection so an acks=0 producer notices a failed write.
-            if any_error:
-                log.info(
-                    "closing acks=0 connection after a failed produce",
-                    connection=ctx.request.connection_id,
-                )
-                ctx.close_connection()
-            else:
-                ctx.respond_nothing()
-            return
         ctx.respond(ctx.make_response(responses=tuple(topics_out), node_endpoints=()))
 
     @staticmethod

@@ -4,26 +4,34 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import structlog
 
 from broker.log.log import LogAppendInfo, Piece, next_offset_after
 from broker.log.log_config import LogConfigs
 from broker.log.log_manager import LogManager
-from broker.log.partition import Partition, TopicPartition
+from broker.log.partition import Partition, ReplicaAssignment, TopicPartition
 from broker.log.producer_state import ProducerInfo
 from broker.log.transaction_index import AbortedTxn
 from broker.metadata.cache import MetadataCache
+from broker.metadata.kafka_store import PartitionStateRecord
 from broker.utils.purgatory import DelayedOperationPurgatory
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_validation import ValidationPolicy, validate_batches
 from protocol.records import InvalidRecordError, scan_batches
 
+if TYPE_CHECKING:
+    from broker.server.replica_fetcher import ReplicaFetcherManager as FetcherManager
+
 log = structlog.get_logger(__name__)
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
+FETCH_LOG_END = -1
+"""A follower's fetch: everything up to the log end, not only what is committed."""
 """Kafka's isolation levels (Fetch and ListOffsets ``isolation_level``)."""
 
 
@@ -32,9 +40,12 @@ class ReplicaState:
     """A controller's decision for one partition (a LeaderAndIsr partition state)."""
 
     tp: TopicPartition
-    leader: int
-    leader_epoch: int
-    partition_epoch: int = 0
+    assignment: ReplicaAssignment
+
+
+IsrWriter = Callable[[TopicPartition, PartitionStateRecord], int]
+"""Writes a leader's ISR change (the state znode at ``version``); returns the new version,
+raises (BadVersionError) when the controller changed the state since."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,45 +96,61 @@ class ReplicaManager:
         cache: MetadataCache,
         fetch_purgatory: DelayedOperationPurgatory,
         log_configs: LogConfigs,
+        produce_purgatory: DelayedOperationPurgatory | None = None,
+        isr_writer: IsrWriter | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.cache = cache
         self.fetch_purgatory = fetch_purgatory
+        self.produce_purgatory = produce_purgatory
         self.log_configs = log_configs
+        self._isr_writer = isr_writer
         self.controller_epoch = 0  # the highest seen
         self._state_lock = threading.Lock()
+        self.fetchers: FetcherManager | None = None
+        """Fetches for the partitions this broker follows (set by the server)."""
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     # leadership (LeaderAndIsr, StopReplica) ----------------------------------------------
     def become_leader_or_follower(
         self, controller_epoch: int, states: list[ReplicaState]
     ) -> dict[TopicPartition, ErrorCode]:
         """Apply a controller's decisions: lead the partitions whose leader is this broker,
-        follow the others. Raises KafkaError(STALE_CONTROLLER_EPOCH) for an older controller;
-        a partition whose (leader epoch, partition epoch) is not newer than the one applied
-        is answered STALE_CONTROLLER_EPOCH and left alone, as Kafka does."""
+        follow the others (their fetchers start from where the leader's log agrees with
+        this one). Raises KafkaError(STALE_CONTROLLER_EPOCH) for an older controller; a
+        partition whose (leader epoch, partition epoch) is not newer than the one applied is
+        answered STALE_CONTROLLER_EPOCH and left alone, as Kafka does."""
         with self._state_lock:
             self._advance_controller_epoch(controller_epoch)
             errors = {}
+            followed: dict[TopicPartition, Partition] = {}
+            led: list[TopicPartition] = []
             for state in states:
+                a = state.assignment
                 partition = self.log_manager.get_or_create(state.tp)
                 current = (partition.leader_epoch, partition.partition_epoch)
-                if partition.leader_id != -1 and (
-                    state.leader_epoch,
-                    state.partition_epoch,
-                ) <= current:
+                if partition.leader_id != -1 and (a.leader_epoch, a.partition_epoch) <= current:
                     log.info(
                         "LeaderAndIsr ignored: leader epoch not newer",
                         partition=str(state.tp),
-                        leader_epoch=state.leader_epoch,
+                        leader_epoch=a.leader_epoch,
                         current_leader_epoch=partition.leader_epoch,
                     )
                     errors[state.tp] = ErrorCode.stale_controller_epoch
                     continue
-                partition.leader_epoch = state.leader_epoch
-                partition.partition_epoch = state.partition_epoch
-                partition.leader_id = state.leader
+                if a.leader == self.broker_id:
+                    partition.make_leader(self.broker_id, a)
+                    led.append(state.tp)
+                else:
+                    partition.make_follower(self.broker_id, a)
+                    if a.leader >= 0:
+                        followed[state.tp] = partition
                 errors[state.tp] = ErrorCode.none
+            if self.fetchers is not None:
+                self.fetchers.remove_partitions(led)
+                self.fetchers.add_partitions(followed)
             return errors
 
     def stop_replicas(
@@ -150,6 +177,8 @@ class ReplicaManager:
                 elif partition is not None:
                     partition.leader_id = -1
                 errors[stop.tp] = ErrorCode.none
+            if self.fetchers is not None:
+                self.fetchers.remove_partitions([stop.tp for stop in stops])
             return errors
 
     def check_controller_epoch(self, controller_epoch: int) -> None:
@@ -236,8 +265,8 @@ class ReplicaManager:
         )
 
     def _check_min_isr(self, tp: TopicPartition) -> None:
-        topic = self.cache.topic(tp.topic)
-        isr = topic.partitions[tp.partition].isr if topic else ()
+        partition = self.log_manager.get(tp)
+        isr = partition.isr if partition is not None else ()
         required = self.log_configs.min_insync_replicas(tp.topic)
         if len(isr) < required:
             raise KafkaError(
@@ -245,6 +274,84 @@ class ReplicaManager:
                 f"The size of the current ISR {set(isr)} is insufficient to satisfy the "
                 f"min.isr requirement of {required} for partition {tp}",
             )
+
+    # replication (the leader's side) -----------------------------------------------------
+    def update_follower_fetch(self, tp: TopicPartition, replica_id: int, offset: int) -> None:
+        """A follower fetched ``tp`` from ``offset``: the high watermark may move (waking
+        acks=all produces and consumers' fetches) and the follower may join the ISR."""
+        partition = self.log_manager.get(tp)
+        if partition is None or not partition.is_leader:
+            return
+        moved = partition.update_follower_fetch_state(replica_id, offset)
+        moved |= partition.maybe_expand_isr(replica_id, self._alter_isr)
+        if moved:
+            self._high_watermark_moved(tp)
+
+    def maybe_shrink_isr(self, max_lag_ms: int) -> int:
+        """Drop followers that fell behind for ``max_lag_ms`` from the ISR of every
+        partition this broker leads (``replica.lag.time.max.ms``); returns how many ISRs
+        shrank."""
+        shrunk = 0
+        for partition in self.log_manager.partitions():
+            if partition.is_leader and partition.maybe_shrink_isr(max_lag_ms, self._alter_isr):
+                shrunk += 1
+                self._high_watermark_moved(partition.tp)
+        return shrunk
+
+    def _high_watermark_moved(self, tp: TopicPartition) -> None:
+        if self.produce_purgatory is not None:
+            self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+
+    def _alter_isr(self, partition: Partition, isr: tuple[int, ...]) -> int | None:
+        """Write a new ISR where the controller and the other brokers see it; None when the
+        controller changed the partition since (its LeaderAndIsr is on the way)."""
+        if self._isr_writer is None:
+            return partition.partition_epoch
+        record = PartitionStateRecord(
+            partition.leader_id,
+            partition.leader_epoch,
+            isr,
+            self.controller_epoch,
+            partition.partition_epoch,
+        )
+        try:
+            version = self._isr_writer(partition.tp, record)
+        except Exception as exc:
+            log.info("isr change not written", partition=str(partition.tp), reason=str(exc))
+            return None
+        log.info(
+            "isr changed",
+            partition=str(partition.tp),
+            old_isr=list(partition.isr),
+            new_isr=list(isr),
+        )
+        if len(isr) < len(partition.isr):
+            self.isr_shrinks += 1
+        else:
+            self.isr_expands += 1
+        return version
+
+    def under_replicated_partitions(self) -> int:
+        """Partitions this broker leads whose ISR lacks some of their replicas."""
+        return sum(
+            1 for p in self.log_manager.partitions() if p.is_leader and len(p.isr) < len(p.replicas)
+        )
+
+    def replicated(self, tp: TopicPartition, required_offset: int) -> ErrorCode | None:
+        """Whether an acks=all append up to ``required_offset`` is done: None while the
+        ISR lacks it, NONE once the high watermark passed it, NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        when the ISR it reached is smaller than ``min.insync.replicas``, the leader's error
+        when this broker no longer leads."""
+        try:
+            partition = self.leader_partition(tp)
+        except KafkaError as exc:
+            return exc.code
+        if partition.high_watermark < required_offset:
+            return None
+        if len(partition.isr) < self.log_configs.min_insync_replicas(tp.topic):
+            return ErrorCode.not_enough_replicas_after_append
+        return ErrorCode.none
 
     # transactions ----------------------------------------------------------------------
     def write_txn_marker(
@@ -268,7 +375,9 @@ class ReplicaManager:
             partition.append_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
         except KafkaError as exc:
             log.debug(
-                "transaction marker refused", partition=str(tp), error=exc.code.name,
+                "transaction marker refused",
+                partition=str(tp),
+                error=exc.code.name,
                 reason=exc.message,
             )
             return exc.code
@@ -332,15 +441,30 @@ class ReplicaManager:
             result.error = ErrorCode.offset_out_of_range
             return result
         committed = isolation_level == READ_COMMITTED
-        bound = lso if committed else hw
+        bound = fetchable_end(partition, isolation_level)
         if offset < bound and max_bytes > 0:
-            result.views = log_.read(offset, max_bytes, min_one_batch, lso if committed else None)
+            result.views = log_.read(
+                offset,
+                max_bytes,
+                min_one_batch,
+                None if isolation_level == FETCH_LOG_END else bound,
+            )
         if committed:
             upper = next_offset_after(result.views) if result.views else None
             result.aborted_transactions = log_.collect_aborted_transactions(
                 offset, lso if upper is None else upper
             )
         return result
+
+
+def fetchable_end(partition: Partition, isolation_level: int) -> int:
+    """Where a fetch at ``isolation_level`` stops: the last stable offset, the high
+    watermark, or for a follower the log end."""
+    if isolation_level == READ_COMMITTED:
+        return partition.last_stable_offset
+    if isolation_level == FETCH_LOG_END:
+        return partition.log.log_end_offset
+    return partition.high_watermark
 
 
 def _now_ms() -> int:

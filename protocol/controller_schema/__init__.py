@@ -1,6 +1,7 @@
 """The ZooKeeper-era controller APIs kio dropped, as kio-style entities.
 
-LeaderAndIsr (4), StopReplica (5) and UpdateMetadata (6), modelled on Apache Kafka 3.x's
+LeaderAndIsr (4), StopReplica (5), UpdateMetadata (6) and ControlledShutdown (7, from v1:
+v0 has a header without a client id), modelled on Apache Kafka 3.x's
 message schemas in kio's generated form: ``<api>/v<N>/request.py`` and ``response.py``
 hold frozen slotted dataclasses that ``kio.serial`` reads and writes like its own. The
 ``<api>/`` packages are generated from ``json/`` by ``generate.py`` (``make schemas``).
@@ -17,12 +18,12 @@ from kio.index import UnknownEntity
 from kio.static.constants import EntityType
 
 API_NAMES: Final[Mapping[int, str]] = MappingProxyType(
-    {4: "leader_and_isr", 5: "stop_replica", 6: "update_metadata"}
+    {4: "leader_and_isr", 5: "stop_replica", 6: "update_metadata", 7: "controlled_shutdown"}
 )
 """Api key -> package name, in kio's naming (``kio.schema.index.api_key_map``)."""
 
 VERSIONS: Final[Mapping[int, range]] = MappingProxyType(
-    {4: range(0, 8), 5: range(0, 5), 6: range(0, 9)}
+    {4: range(0, 8), 5: range(0, 5), 6: range(0, 9), 7: range(1, 4)}
 )
 """Api key -> the versions modelled here."""
 

@@ -68,10 +68,13 @@ class ControlResult:
 
 
 def _states(plan: ControlPlan, leader_epoch: int) -> list[PartitionState]:
-    """The topic's partitions, all led by the broker at ``leader_epoch``."""
+    """The topic's partitions, all led by the broker at ``leader_epoch`` (which stands in
+    for the state znode's version too: this controller writes no znode)."""
     me = (plan.broker_id,)
     return [
-        PartitionState(plan.topic, p, plan.broker_id, leader_epoch, me, me, plan.topic_id)
+        PartitionState(
+            plan.topic, p, plan.broker_id, leader_epoch, me, me, plan.topic_id, leader_epoch
+        )
         for p in plan.partitions
     ]
 

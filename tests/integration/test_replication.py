@@ -1,0 +1,374 @@
+"""Replication between three brokers on a real ZooKeeper (issue 16): followers fetch from
+leaders over the inter-broker listener, the ISR and the high watermark follow them, acks=all
+waits for the ISR, and a leader's death loses no acknowledged record."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from broker.log.partition import TopicPartition as Tp
+from protocol.errors import ErrorCode
+from protocol.records import build_batch
+from testing.plugin import RunningBroker
+from tests.integration.helpers import produce, recs
+
+
+def _wait(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
+@pytest.fixture
+def cluster(broker_factory, zookeeper, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Three brokers (file logs, so a restarted one keeps its log) and a way to restart."""
+    common = {
+        "zookeeper.connect": zookeeper,
+        "zookeeper.session.timeout.ms": "4000",
+        "kplane.log.storage": "file",
+        "replica.fetch.wait.max.ms": "100",
+        "replica.fetch.backoff.ms": "100",
+        "replica.lag.time.max.ms": "2000",
+        "default.replication.factor": "3",
+    }
+
+    def start(broker_id: int) -> RunningBroker:
+        return broker_factory(
+            {**common, "broker.id": str(broker_id), "log.dirs": str(tmp_path / f"b{broker_id}")}
+        )
+
+    brokers = {i: start(i) for i in range(3)}
+    for b in brokers.values():
+        _wait(lambda b=b: len(b.server.cache.snapshot.brokers) == 3, what="three brokers")
+    return brokers, start
+
+
+def _create(broker: RunningBroker, topic: str, partitions: int = 1, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap()})
+    admin.create_topics([NewTopic(topic, partitions, 3, config=configs)])[topic].result(15)
+
+
+def _partition(broker: RunningBroker, topic: str, index: int = 0) -> Any:
+    info = broker.server.cache.topic(topic)
+    return info.partitions.get(index) if info else None
+
+
+def _all_in_sync(brokers: dict[int, RunningBroker], topic: str) -> bool:
+    return all(
+        (p := _partition(b, topic)) is not None and len(p.isr) == 3 and p.leader >= 0
+        for b in brokers.values()
+    )
+
+
+def _bootstrap(brokers: dict[int, RunningBroker]) -> str:
+    return ",".join(b.bootstrap() for b in brokers.values())
+
+
+def _read_all(bootstrap: str, topic: str, expected: int) -> list[tuple[int, bytes]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "replication-reader",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                out.append((msg.offset(), msg.value()))
+    finally:
+        consumer.close()
+    return out
+
+
+def test_every_replica_joins_the_isr_and_holds_the_records(cluster) -> None:  # type: ignore[no-untyped-def]
+    brokers, _start = cluster
+    _create(brokers[0], "replicated", **{"min.insync.replicas": "2"})
+    _wait(lambda: _all_in_sync(brokers, "replicated"), what="ISR of three")
+    p = Producer({"bootstrap.servers": _bootstrap(brokers), "acks": "all", "linger.ms": 5})
+    for i in range(200):
+        p.produce("replicated", f"r-{i}".encode())
+    assert p.flush(30) == 0
+    tp = Tp("replicated", 0)
+    _wait(
+        lambda: all(
+            (part := b.server.replica_manager.log_manager.get(tp)) is not None
+            and part.log.log_end_offset == 200
+            and part.high_watermark == 200
+            for b in brokers.values()
+        ),
+        what="every replica at offset 200",
+    )
+
+
+def test_leader_death_loses_no_acknowledged_record(cluster) -> None:  # type: ignore[no-untyped-def]
+    brokers, start = cluster
+    topic = "failover"
+    _create(brokers[0], topic, **{"min.insync.replicas": "2"})
+    _wait(lambda: _all_in_sync(brokers, topic), what="ISR of three")
+    acked: list[int] = []
+    failed: list[str] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.append(int(msg.value().decode().split("-")[1]))
+        else:
+            failed.append(str(err))
+
+    p = Producer(
+        {
+            "bootstrap.servers": _bootstrap(brokers),
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 2,
+            "message.timeout.ms": 60000,
+        }
+    )
+    for i in range(300):
+        p.produce(topic, f"v-{i}".encode(), on_delivery=delivered)
+    p.flush(30)
+    leader = _partition(brokers[0], topic).leader
+    brokers[leader].stop()
+    survivors = {i: b for i, b in brokers.items() if i != leader}
+    _wait(
+        lambda: all(
+            (part := _partition(b, topic)) is not None and part.leader in survivors
+            for b in survivors.values()
+        ),
+        what="a new leader",
+    )
+    for i in range(300, 600):
+        p.produce(topic, f"v-{i}".encode(), on_delivery=delivered)
+    assert p.flush(60) == 0, failed
+    assert not failed
+    records = _read_all(_bootstrap(survivors), topic, 600)
+    values = [int(v.decode().split("-")[1]) for _, v in records]
+    assert sorted(values) == sorted(acked) == list(range(600))  # none lost, none twice
+    assert [o for o, _ in records] == list(range(600))
+
+    # The old leader comes back, truncates what it had alone, and rejoins the ISR.
+    brokers[leader] = start(leader)
+    _wait(lambda: _all_in_sync(brokers, topic), what="the old leader back in the ISR")
+
+
+def test_acks_all_needs_min_insync_replicas(cluster) -> None:  # type: ignore[no-untyped-def]
+    brokers, _start = cluster
+    topic = "min-isr"
+    _create(brokers[0], topic, **{"min.insync.replicas": "2"})
+    _wait(lambda: _all_in_sync(brokers, topic), what="ISR of three")
+    leader = _partition(brokers[0], topic).leader
+    for i, b in brokers.items():
+        if i != leader:
+            b.stop()
+    _wait(
+        lambda: (part := _partition(brokers[leader], topic)) is not None and part.isr == (leader,),
+        what="the ISR down to the leader",
+    )
+    assert brokers[leader].server.replica_manager.under_replicated_partitions() == 1
+    with brokers[leader].wire() as client:
+        refused = produce(client, topic, build_batch(recs("k", 1)), acks=-1)
+        assert refused.error_code == ErrorCode.not_enough_replicas
+        accepted = produce(client, topic, build_batch(recs("k", 1)), acks=1)
+        assert accepted.error_code == ErrorCode.none
+
+
+def test_controlled_shutdown_moves_leadership_without_producer_errors(cluster) -> None:  # type: ignore[no-untyped-def]
+    brokers, _start = cluster
+    topic = "controlled"
+    _create(brokers[0], topic, **{"min.insync.replicas": "2"})
+    _wait(lambda: _all_in_sync(brokers, topic), what="ISR of three")
+    leader = _partition(brokers[0], topic).leader
+    errors: list[Any] = []
+    acked: list[int] = []
+    p = Producer(
+        {
+            "bootstrap.servers": _bootstrap(brokers),
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 2,
+        }
+    )
+
+    def delivered(err: Any, msg: Any) -> None:
+        (errors if err is not None else acked).append(err if err is not None else msg.offset())
+
+    stop_at = 150
+    for i in range(400):
+        p.produce(topic, f"c-{i}".encode(), on_delivery=delivered)
+        p.poll(0)
+        if i == stop_at:
+            brokers[leader].stop()  # controlled shutdown first: the leadership moves
+        time.sleep(0.002)
+    assert p.flush(60) == 0
+    assert errors == []
+    assert sorted(acked) == list(range(400))
+    survivors = {i: b for i, b in brokers.items() if i != leader}
+    assert _partition(survivors[min(survivors)], topic).leader in survivors
+
+
+def test_replication_over_a_sasl_ssl_inter_broker_listener(
+    broker_factory, zookeeper, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    from common.certs import create_test_pki
+
+    pki = create_test_pki(tmp_path / "pki", ["127.0.0.1", "localhost"])
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="broker" password="broker-secret" user_broker="broker-secret";'
+    )
+    common = {
+        "zookeeper.connect": zookeeper,
+        "zookeeper.session.timeout.ms": "4000",
+        "listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
+        "inter.broker.listener.name": "INTERNAL",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.internal.plain.sasl.jaas.config": jaas,
+        "listener.name.internal.ssl.keystore.type": "PKCS12",
+        "listener.name.internal.ssl.keystore.location": str(pki.broker_p12),
+        "listener.name.internal.ssl.keystore.password": pki.password,
+        "listener.name.internal.ssl.truststore.type": "PKCS12",
+        "listener.name.internal.ssl.truststore.location": str(pki.truststore_p12),
+        "listener.name.internal.ssl.truststore.password": pki.password,
+        "replica.fetch.wait.max.ms": "100",
+    }
+    brokers = {i: broker_factory({**common, "broker.id": str(i)}) for i in range(2)}
+    for b in brokers.values():
+        _wait(lambda b=b: len(b.server.cache.snapshot.brokers) == 2, what="two brokers")
+    admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap("PLAINTEXT")})
+    admin.create_topics([NewTopic("secure-replicated", 1, 2)])["secure-replicated"].result(15)
+    _wait(
+        lambda: (p := _partition(brokers[0], "secure-replicated")) is not None and len(p.isr) == 2,
+        what="ISR of two over SASL_SSL",
+    )
+    p = Producer({"bootstrap.servers": brokers[0].bootstrap("PLAINTEXT"), "acks": "all"})
+    for i in range(50):
+        p.produce("secure-replicated", f"s-{i}".encode())
+    assert p.flush(30) == 0
+    tp = Tp("secure-replicated", 0)
+    _wait(
+        lambda: all(
+            (part := b.server.replica_manager.log_manager.get(tp)) is not None
+            and part.log.log_end_offset == 50
+            for b in brokers.values()
+        ),
+        what="both replicas at offset 50",
+    )
+
+
+def test_kill_9_of_the_leader_under_an_idempotent_producer(
+    broker_process, zookeeper, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """``kplane serve`` processes: the leader killed with SIGKILL mid-stream, a new leader
+    from the ISR, every acknowledged record once; the killed broker comes back (truncating
+    what only it had) and rejoins the ISR."""
+    from tests.integration.test_zookeeper_cluster import _wait as wait_value
+
+    ports: dict[int, int] = {}
+
+    def serve(broker_id: int) -> Any:
+        extra = [
+            f"zookeeper.connect={zookeeper}",
+            "zookeeper.session.timeout.ms=4000",
+            f"broker.id={broker_id}",
+            f"log.dirs={tmp_path / f'kill-{broker_id}'}",
+            "replica.fetch.wait.max.ms=100",
+            "replica.fetch.backoff.ms=200",
+            "replica.lag.time.max.ms=3000",
+        ]
+        if broker_id in ports:
+            extra.append(f"listeners=PLAINTEXT://127.0.0.1:{ports[broker_id]}")
+            handle = broker_process("configs/server.properties", *extra, plaintext_port=False)
+            handle.port = ports[broker_id]
+        else:
+            handle = broker_process("configs/server.properties", *extra)
+            ports[broker_id] = handle.port
+        return handle
+
+    procs = {i: serve(i) for i in range(3)}
+    bootstrap = ",".join(f"127.0.0.1:{ports[i]}" for i in range(3))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("killed", 1, 3, config={"min.insync.replicas": "2"})])[
+        "killed"
+    ].result(30)
+
+    def isr_and_leader() -> tuple[int, tuple[int, ...]] | None:
+        md = admin.list_topics("killed", timeout=5).topics["killed"].partitions.get(0)
+        return (md.leader, tuple(sorted(md.isrs))) if md is not None else None
+
+    wait_value(lambda: (s := isr_and_leader()) is not None and s[1] == (0, 1, 2), timeout=30)
+    leader = isr_and_leader()[0]  # type: ignore[index]
+    acked: list[int] = []
+    failed: list[Any] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.append(int(msg.value().decode().split("-")[1]))
+        else:
+            failed.append(err)
+
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 2,
+            "message.timeout.ms": 60000,
+        }
+    )
+    for i in range(1000):
+        p.produce("killed", f"k-{i}".encode(), on_delivery=delivered)
+        p.poll(0)
+        if i == 300:
+            procs[leader].kill()
+        time.sleep(0.001)
+    assert p.flush(90) == 0
+    assert failed == []
+    others = ",".join(f"127.0.0.1:{ports[i]}" for i in range(3) if i != leader)
+    records = _read_all(others, "killed", 1000)
+    assert sorted(int(v.decode().split("-")[1]) for _, v in records) == sorted(acked)
+    assert sorted(acked) == list(range(1000))  # every record acknowledged exactly once
+
+    procs[leader] = serve(leader)
+    wait_value(lambda: (s := isr_and_leader()) is not None and s[1] == (0, 1, 2), timeout=60)
+
+
+def test_preferred_leader_election(cluster) -> None:  # type: ignore[no-untyped-def]
+    """The preferred replica (first assigned) leads again after it came back: by
+    ElectLeaders from confluent-kafka's admin client."""
+    from confluent_kafka import ElectionType
+
+    brokers, start = cluster
+    topic = "preferred"
+    admin = AdminClient({"bootstrap.servers": _bootstrap(brokers)})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[0, 1, 2]])])[
+        topic
+    ].result(15)
+    _wait(lambda: _all_in_sync(brokers, topic), what="ISR of three")
+    assert _partition(brokers[1], topic).leader == 0
+    brokers[0].stop()
+    _wait(lambda: _partition(brokers[1], topic).leader in (1, 2), what="leadership moved")
+    brokers[0] = start(0)
+    _wait(lambda: _all_in_sync(brokers, topic), what="broker 0 back in the ISR")
+    assert _partition(brokers[1], topic).leader != 0
+    admin = AdminClient({"bootstrap.servers": _bootstrap(brokers)})
+    elected = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)])
+    results = elected.result(15)
+    assert results[TopicPartition(topic, 0)] is None
+    _wait(lambda: _partition(brokers[1], topic).leader == 0, what="preferred leader back")
+    again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(15)
+    assert again[TopicPartition(topic, 0)].code() == 84  # ELECTION_NOT_NEEDED
