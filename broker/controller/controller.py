@@ -269,6 +269,8 @@ class KafkaController:
                 tuple(replicas),
                 assignment.topic_id,
                 record.version,
+                assignment.adding.get(index, ()),
+                assignment.removing.get(index, ()),
             )
             self._states[(topic, index)] = state
             self._assigned.add(topic)
@@ -349,6 +351,134 @@ class KafkaController:
             isr = tuple(r for r in s.isr if r not in gone)
             changed.append(self._write_state(s, s.leader, isr))
         return changed
+
+    # reassignment (KIP-455) --------------------------------------------------------------
+    def alter_reassignments(
+        self, targets: dict[tuple[str, int], tuple[int, ...] | None]
+    ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+        """AlterPartitionReassignments: each partition moves to its target replicas (None
+        cancels an ongoing move, back to its original replicas). The target replicas join
+        as followers; once all are in the ISR the leader moves into them if it must, and
+        the replicas leaving are stopped and their logs deleted (Kafka's ZooKeeper-mode
+        steps). KafkaError NOT_CONTROLLER on a broker that is not the controller."""
+        with self._lock:
+            if not self.active:
+                raise KafkaError(ErrorCode.not_controller, "this broker is not the controller")
+            results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+            for key, target in targets.items():
+                s = self._states.get(key)
+                if s is None:
+                    results[key] = (ErrorCode.unknown_topic_or_partition, None)
+                    continue
+                original = tuple(r for r in s.replicas if r not in s.adding)
+                if target is None:
+                    if not s.adding and not s.removing:
+                        results[key] = (ErrorCode.no_reassignment_in_progress, None)
+                        continue
+                    target = original
+                problem = self._invalid_target(target)
+                if problem is not None:
+                    results[key] = (ErrorCode.invalid_replica_assignment, problem)
+                    continue
+                self._start_reassignment(self._refreshed(s), original, target)
+                results[key] = (ErrorCode.none, None)
+            return results
+
+    def _invalid_target(self, target: tuple[int, ...]) -> str | None:
+        if not target:
+            return "The replica list is empty."
+        if len(set(target)) != len(target):
+            return f"The replica list {list(target)} has duplicate brokers."
+        unknown = [r for r in target if r not in self._brokers]
+        if unknown:
+            return f"Unknown broker ids {unknown}."
+        return None
+
+    def _start_reassignment(
+        self, s: PartitionState, original: tuple[int, ...], target: tuple[int, ...]
+    ) -> None:
+        adding = tuple(r for r in target if r not in original)
+        removing = tuple(r for r in original if r not in target)
+        replicas = target + removing
+        self._store_assignment(s.topic, s.partition, replicas, adding, removing)
+        moving = dataclasses.replace(s, replicas=replicas, adding=adding, removing=removing)
+        new = self._write_state(moving, s.leader, s.isr)
+        self._send_leader_and_isr([new])
+        self._send_update_metadata([new])
+        log.info(
+            "reassignment started",
+            topic=s.topic,
+            partition=s.partition,
+            target=list(target),
+            adding=list(adding),
+            removing=list(removing),
+        )
+        self._maybe_complete_reassignment(new)
+
+    def _store_assignment(
+        self,
+        topic: str,
+        partition: int,
+        replicas: tuple[int, ...],
+        adding: tuple[int, ...],
+        removing: tuple[int, ...],
+    ) -> None:
+        assignment = self.client.get_assignment(topic)
+        if assignment is None:
+            return
+        assignment.partitions[partition] = replicas
+        for field_, value in ((assignment.adding, adding), (assignment.removing, removing)):
+            if value:
+                field_[partition] = value
+            else:
+                field_.pop(partition, None)
+        self.client.set_assignment(topic, assignment)
+
+    def _maybe_complete_reassignment(self, s: PartitionState) -> None:
+        """Finish a reassignment whose target replicas are all in the ISR."""
+        if not s.adding and not s.removing:
+            return
+        target = tuple(r for r in s.replicas if r not in s.removing)
+        if not set(target) <= set(s.isr):
+            return
+        live = set(self._brokers) - self._shutting_down
+        leader = s.leader
+        if leader not in target or leader not in live:
+            leader = next((r for r in target if r in s.isr and r in live), -1)
+        isr = tuple(r for r in s.isr if r in target)
+        self._store_assignment(s.topic, s.partition, target, (), ())
+        done = dataclasses.replace(s, replicas=target, adding=(), removing=())
+        new = self._write_state(done, leader, isr)
+        self._send_leader_and_isr([new])
+        self._send_update_metadata([new])
+        for broker_id in s.removing:
+            if broker_id in self._brokers:
+                self._send(
+                    broker_id,
+                    ApiKey.STOP_REPLICA,
+                    stop_replica(self.broker_id, self.epoch, [(s.topic, s.partition)], True),
+                )
+        log.info(
+            "reassignment completed",
+            topic=s.topic,
+            partition=s.partition,
+            replicas=list(target),
+            leader=leader,
+        )
+
+    def list_reassignments(
+        self, partitions: list[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], PartitionState]:
+        """ListPartitionReassignments: the ongoing ones (of ``partitions``; None: all)."""
+        with self._lock:
+            if not self.active:
+                raise KafkaError(ErrorCode.not_controller, "this broker is not the controller")
+            keys = list(self._states) if partitions is None else partitions
+            return {
+                k: s
+                for k in keys
+                if (s := self._states.get(k)) is not None and (s.adding or s.removing)
+            }
 
     def elect_leaders(
         self, unclean: bool, partitions: list[tuple[str, int]] | None
@@ -503,7 +633,8 @@ class KafkaController:
                         continue
                     new = self._refreshed(s)
                     self._states[(topic, index)] = new
-                    changed.append(new)
+                    self._maybe_complete_reassignment(new)
+                    changed.append(self._states[(topic, index)])
                 self.client.delete_isr_change_notification(name)
             if changed:
                 log.info("isr changes propagated", partitions=len(changed))

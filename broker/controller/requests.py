@@ -39,6 +39,10 @@ class PartitionState:
     zk_version: int = 0
     """The version of the partition's state znode (Kafka's zkVersion): bumped by every
     change, the controller's and a leader's ISR change alike."""
+    adding: tuple[int, ...] = ()
+    """A reassignment's replicas joining (KIP-455)."""
+    removing: tuple[int, ...] = ()
+    """A reassignment's replicas leaving."""
 
     @property
     def partition_epoch(self) -> int:
@@ -60,6 +64,8 @@ def _partition_state(cls: type[Any], s: PartitionState, controller_epoch: int) -
         partition_epoch=s.partition_epoch,
         zk_version=s.partition_epoch,
         replicas=s.replicas,
+        adding_replicas=s.adding,
+        removing_replicas=s.removing,
         offline_replicas=(),
         is_new=False,
     )

@@ -8,7 +8,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -113,24 +113,37 @@ class TopicAssignment:
 
     topic_id: uuid.UUID
     partitions: dict[int, tuple[int, ...]]
+    adding: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """Partitions being reassigned (KIP-455): the replicas joining them."""
+    removing: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """Partitions being reassigned: the replicas leaving them."""
 
     def to_json(self) -> bytes:
+        def listed(replicas: dict[int, tuple[int, ...]]) -> dict[str, list[int]]:
+            return {str(p): list(r) for p, r in sorted(replicas.items())}
+
         return json.dumps(
             {
                 "version": 3,
                 "topic_id": _encode_uuid(self.topic_id),
-                "partitions": {str(p): list(r) for p, r in sorted(self.partitions.items())},
-                "adding_replicas": {},
-                "removing_replicas": {},
+                "partitions": listed(self.partitions),
+                "adding_replicas": listed(self.adding),
+                "removing_replicas": listed(self.removing),
             }
         ).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> TopicAssignment:
         doc = json.loads(data)
+
+        def read(key: str) -> dict[int, tuple[int, ...]]:
+            return {int(p): tuple(r) for p, r in (doc.get(key) or {}).items()}
+
         return cls(
             _decode_uuid(doc["topic_id"]),
-            {int(p): tuple(r) for p, r in doc["partitions"].items()},
+            read("partitions"),
+            read("adding_replicas"),
+            read("removing_replicas"),
         )
 
 

@@ -5,6 +5,7 @@ It writes to the metadata store only; the controller reacts to what it wrote.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -241,7 +242,7 @@ class AdminManager:
             added = dict(current.partitions) | {p: fresh[p] for p in range(existing, count)}
         if validate_only:
             return
-        self.client.set_assignment(name, TopicAssignment(current.topic_id, added))
+        self.client.set_assignment(name, dataclasses.replace(current, partitions=added))
         log.info("partitions added", topic=name, partitions=count)
 
 

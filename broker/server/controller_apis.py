@@ -44,8 +44,9 @@ def _grouped(body: Any, flat: str, grouped: str, name: str) -> Iterator[tuple[st
 
 class ControllerApis:
     """The three controller-to-broker APIs, and the requests the controller answers:
-    ControlledShutdown (from a broker) and ElectLeaders (from an admin); ``controller()`` is
-    this broker's KafkaController (NOT_CONTROLLER unless it is the active one)."""
+    ControlledShutdown (from a broker), ElectLeaders and the partition reassignments (from an
+    admin); ``controller()`` is this broker's KafkaController (NOT_CONTROLLER unless it is
+    the active one)."""
 
     def __init__(
         self,
@@ -63,6 +64,8 @@ class ControllerApis:
         return {
             ApiKey.CONTROLLED_SHUTDOWN: self.handle_controlled_shutdown,
             ApiKey.ELECT_LEADERS: self.handle_elect_leaders,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.handle_alter_partition_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: self.handle_list_partition_reassignments,
             ApiKey.LEADER_AND_ISR: self.handle_leader_and_isr,
             ApiKey.STOP_REPLICA: self.handle_stop_replica,
             ApiKey.UPDATE_METADATA: self.handle_update_metadata,
@@ -155,6 +158,86 @@ class ControllerApis:
                 error_code=error,
                 replica_election_results=tuple(
                     ctx.make("ReplicaElectionResult", topic=t, partition_result=tuple(ps))
+                    for t, ps in by_topic.items()
+                ),
+            )
+        )
+
+    # Partition reassignments (KIP-455) ---------------------------------------------------
+    def handle_alter_partition_reassignments(self, ctx: RequestContext) -> None:
+        """Move partitions to new replicas, or cancel a move (Alter on the cluster)."""
+        targets = {
+            (t.name, int(p.partition_index)): (
+                None if p.replicas is None else tuple(int(r) for r in p.replicas)
+            )
+            for t in ctx.body.topics
+            for p in t.partitions
+        }
+        error, message = ErrorCode.none, None
+        results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+        if not ctx.authorized(AclOperation.ALTER, AclResourceType.CLUSTER):
+            error = ErrorCode.cluster_authorization_failed
+        else:
+            try:
+                results = self.controller().alter_reassignments(targets)
+            except KafkaError as exc:
+                error, message = exc.code, exc.message
+        by_topic: dict[str, list[Any]] = {}
+        for topic, partition in targets:
+            code, text = results.get((topic, partition), (error, None))
+            by_topic.setdefault(topic, []).append(
+                ctx.make(
+                    "ReassignablePartitionResponse",
+                    partition_index=partition,
+                    error_code=code,
+                    error_message=text,
+                )
+            )
+        ctx.respond(
+            ctx.make_response(
+                error_code=error,
+                error_message=message,
+                responses=tuple(
+                    ctx.make("ReassignableTopicResponse", name=t, partitions=tuple(ps))
+                    for t, ps in by_topic.items()
+                ),
+            )
+        )
+
+    def handle_list_partition_reassignments(self, ctx: RequestContext) -> None:
+        """The ongoing reassignments (Describe on the cluster)."""
+        req = ctx.body
+        wanted = (
+            None
+            if req.topics is None
+            else [(t.name, int(p)) for t in req.topics for p in t.partition_indexes]
+        )
+        error, message = ErrorCode.none, None
+        ongoing: dict[tuple[str, int], Any] = {}
+        if not ctx.authorized(AclOperation.DESCRIBE, AclResourceType.CLUSTER):
+            error = ErrorCode.cluster_authorization_failed
+        else:
+            try:
+                ongoing = self.controller().list_reassignments(wanted)
+            except KafkaError as exc:
+                error, message = exc.code, exc.message
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition), s in ongoing.items():
+            by_topic.setdefault(topic, []).append(
+                ctx.make(
+                    "OngoingPartitionReassignment",
+                    partition_index=partition,
+                    replicas=s.replicas,
+                    adding_replicas=s.adding,
+                    removing_replicas=s.removing,
+                )
+            )
+        ctx.respond(
+            ctx.make_response(
+                error_code=error,
+                error_message=message,
+                topics=tuple(
+                    ctx.make("OngoingTopicReassignment", name=t, partitions=tuple(ps))
                     for t, ps in by_topic.items()
                 ),
             )

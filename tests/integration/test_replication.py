@@ -372,3 +372,46 @@ def test_preferred_leader_election(cluster) -> None:  # type: ignore[no-untyped-
     _wait(lambda: _partition(brokers[1], topic).leader == 0, what="preferred leader back")
     again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(15)
     assert again[TopicPartition(topic, 0)].code() == 84  # ELECTION_NOT_NEEDED
+
+
+def test_partition_reassignment_with_kafka_python(cluster) -> None:  # type: ignore[no-untyped-def]
+    """AlterPartitionReassignments moves a partition from brokers (0, 1) to (1, 2): broker 2
+    catches up, joins the ISR, broker 0's replica is stopped and deleted, no record lost."""
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTp
+
+    brokers, _start = cluster
+    topic = "moving"
+    admin = AdminClient({"bootstrap.servers": _bootstrap(brokers)})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[0, 1]])])[
+        topic
+    ].result(15)
+    _wait(
+        lambda: (p := _partition(brokers[2], topic)) is not None and len(p.isr) == 2,
+        what="ISR of two",
+    )
+    p = Producer({"bootstrap.servers": _bootstrap(brokers), "acks": "all"})
+    for i in range(100):
+        p.produce(topic, f"m-{i}".encode())
+    assert p.flush(30) == 0
+
+    kadmin = KafkaAdminClient(bootstrap_servers=_bootstrap(brokers))
+    try:
+        accepted = kadmin.alter_partition_reassignments({KTp(topic, 0): [1, 2]})
+        assert accepted == {KTp(topic, 0): None}
+        _wait(
+            lambda: (
+                (part := _partition(brokers[0], topic)) is not None
+                and part.replicas == (1, 2)
+                and set(part.isr) == {1, 2}
+            ),
+            what="replicas (1, 2) in sync",
+        )
+        assert kadmin.list_partition_reassignments() == {}
+    finally:
+        kadmin.close()
+    tp = Tp(topic, 0)
+    _wait(lambda: brokers[0].server.replica_manager.log_manager.get(tp) is None, what="deleted")
+    assert brokers[2].server.replica_manager.log_manager.get(tp).log.log_end_offset == 100
+    values = sorted(v for _, v in _read_all(_bootstrap(brokers), topic, 100))
+    assert values == sorted(f"m-{i}".encode() for i in range(100))
