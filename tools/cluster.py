@@ -56,19 +56,27 @@ def add_parser(sub: Any) -> None:
     down.set_defaults(func=run_down)
 
 
-def broker_overrides(broker_id: int, base_port: int, zk_connect: str, log_dir: Path) -> list[str]:
-    """The ``--override`` settings of one broker of the local cluster."""
+def broker_overrides(
+    broker_id: int, base_port: int, zk_connect: str, log_dir: Path, control_plane: bool = True
+) -> list[str]:
+    """The ``--override`` settings of one broker of the local cluster; without
+    ``control_plane`` it has no CONTROLLER listener and controller requests arrive on
+    INTERNAL (Kafka before KIP-291)."""
 
     def port(offset: int) -> int:
         return 0 if base_port == 0 else base_port + 100 * broker_id + offset
 
-    return [
+    names = ("CLIENT", "INTERNAL", "CONTROLLER") if control_plane else ("CLIENT", "INTERNAL")
+    overrides = [
         f"broker.id={broker_id}",
-        f"listeners=CLIENT://127.0.0.1:{port(0)},INTERNAL://127.0.0.1:{port(1)},"
-        f"CONTROLLER://127.0.0.1:{port(2)}",
-        "listener.security.protocol.map=CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listeners=" + ",".join(f"{n}://127.0.0.1:{port(i)}" for i, n in enumerate(names)),
+        "listener.security.protocol.map=" + ",".join(f"{n}:PLAINTEXT" for n in names),
         "inter.broker.listener.name=INTERNAL",
-        "control.plane.listener.name=CONTROLLER",
+    ]
+    if control_plane:
+        overrides.append("control.plane.listener.name=CONTROLLER")
+    return [
+        *overrides,
         f"zookeeper.connect={zk_connect}/kplane",
         f"log.dirs={log_dir}",
         "kplane.metrics.port=0",

@@ -15,7 +15,9 @@ def add_parser(sub: Any) -> None:
         "loadtest",
         help="measure controller-request latency with and without a separate control plane",
         description="Saturate the data plane and time controller requests (KIP-291): "
-        "idle, shared and separated scenarios side by side.",
+        "idle, shared and separated scenarios side by side; cluster-shared and "
+        "cluster-separated: three brokers on ZooKeeper, replication factor 3, the real "
+        "controller moving leaders.",
     )
     add_arguments(parser)
     parser.set_defaults(func=run)
@@ -39,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scenarios",
         default="idle,shared,separated",
-        help="comma-separated scenarios to run, in order (default: idle,shared,separated)",
+        help="comma-separated scenarios to run, in order (default: idle,shared,separated); "
+        "also cluster-shared and cluster-separated, or cluster for both",
     )
     parser.add_argument(
         "--duration", type=float, default=10.0, help="measured seconds per scenario (default 10)"
@@ -101,6 +104,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=50.0,
         help="controller requests per second, one in flight (default 50)",
+    )
+    cluster = parser.add_argument_group(
+        "cluster scenarios", "the real controller moves leaders (see loadtest_leader_moves)"
+    )
+    cluster.add_argument(
+        "--move-rate",
+        type=float,
+        default=4.0,
+        help="leader-move steps per second at most, one at a time: a reassignment that "
+        "rotates the replicas, then a preferred election (default 4)",
+    )
+    cluster.add_argument(
+        "--move-partitions",
+        type=int,
+        default=1,
+        help="partitions of the topic whose leaders move, replication factor 3 (default 1: "
+        "one LeaderAndIsr per broker and step, so each row is one request's own time)",
     )
     parser.add_argument(
         "--control-timeout",

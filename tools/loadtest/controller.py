@@ -14,7 +14,7 @@ import asyncio
 import dataclasses
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +124,21 @@ def _error_codes(entity: Any) -> Iterator[ErrorCode]:
                     yield from _error_codes(item)
 
 
+async def paced(rate: float, seconds: float, warmup: float = 0.0) -> AsyncIterator[bool]:
+    """Slots at ``rate`` per second for ``warmup`` + ``seconds``, each as whether it is
+    measured (past the warm-up). The caller works between two slots; a slot missed
+    meanwhile is skipped, not made up with a burst."""
+    loop = asyncio.get_running_loop()
+    period = 1.0 / rate
+    start = loop.time()
+    measure_from = start + warmup
+    next_at = start
+    while next_at < measure_from + seconds:
+        await asyncio.sleep(max(0.0, next_at - loop.time()))
+        next_at = max(next_at + period, loop.time())
+        yield loop.time() >= measure_from
+
+
 BUILDERS: Mapping[int, Callable[[int, ControlPlan, int], Any]] = {
     ApiKey.UPDATE_METADATA: update_metadata_request,
     ApiKey.LEADER_AND_ISR: leader_and_isr_request,
@@ -182,13 +197,8 @@ class FakeController:
         request is awaited (at most ``timeout_s``)."""
         loop = asyncio.get_running_loop()
         period = 1.0 / self.rate
-        start = loop.time()
-        measure_from = start + warmup
-        next_at = start
         i = 0
-        while next_at < measure_from + seconds:
-            await asyncio.sleep(max(0.0, next_at - loop.time()))
-            next_at = max(next_at + period, loop.time())
+        async for measured in paced(self.rate, seconds, warmup):
             if self._connection is None or self._connection.closed:
                 try:
                     await self.connect()
@@ -198,7 +208,6 @@ class FakeController:
             key = KEYS[i % len(KEYS)]
             i += 1
             self._epoch += 1
-            measured = loop.time() >= measure_from
             request = BUILDERS[key](self.versions[key], self.plan, self._epoch)
             loop.call_later(period / 2, self.midway)
             result = await self._send(key, request)

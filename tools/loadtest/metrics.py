@@ -13,6 +13,7 @@ import http.client
 import threading
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -51,9 +52,11 @@ class Sample:
     value: float
 
 
-def parse_scrape(at: float, text: str) -> list[Sample]:
+def parse_scrape(at: float, text: str, labels: Mapping[str, str] | None = None) -> list[Sample]:
     """The samples of one scrape taken at ``at``: gauges of ``KAFKA_NAMES`` and the
-    ``_sum``/``_count`` of its histograms; everything else is dropped."""
+    ``_sum``/``_count`` of its histograms, with ``labels`` added to their own (a cluster's
+    ``broker``); everything else is dropped."""
+    extra = dict(labels or {})
     samples = []
     for family in text_string_to_metric_families(text):
         kafka_name = KAFKA_NAMES.get(family.name)
@@ -63,14 +66,32 @@ def parse_scrape(at: float, text: str) -> list[Sample]:
             suffix = s.name[len(family.name) :]
             if family.type == "histogram" and suffix not in HISTOGRAM_SUFFIXES:
                 continue
-            samples.append(Sample(at, kafka_name + suffix + _labels(s.labels), float(s.value)))
+            name = kafka_name + suffix + _labels({**s.labels, **extra})
+            samples.append(Sample(at, name, float(s.value)))
     return samples
 
 
-def _labels(labels: dict[str, str]) -> str:
+def _labels(labels: Mapping[str, str]) -> str:
     if not labels:
         return ""
     return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def split_metric(metric: str) -> tuple[str, dict[str, str]]:
+    """``TotalTimeMs_sum{plane="data",request="Produce"}`` -> the name and its labels."""
+    name, _, rest = metric.partition("{")
+    labels = {}
+    for item in rest.rstrip("}").split(","):
+        key, sep, value = item.partition("=")
+        if sep:
+            labels[key] = value.strip('"')
+    return name, labels
+
+
+def scrape(url: str) -> str:
+    """One scrape of a broker's ``/metrics`` (OSError or HTTPException when it fails)."""
+    with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as response:
+        return str(response.read().decode("utf-8"))
 
 
 class Scraper:
@@ -123,7 +144,6 @@ class Scraper:
     def _scrape(self) -> None:
         at = time.time()
         try:
-            with urllib.request.urlopen(self.url, timeout=SCRAPE_TIMEOUT_S) as response:
-                self.scrapes.append((at, response.read().decode("utf-8")))
+            self.scrapes.append((at, scrape(self.url)))
         except (OSError, http.client.HTTPException):
             self.failures += 1

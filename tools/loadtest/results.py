@@ -2,11 +2,15 @@
 
 Column contract (read by ``kplane report``):
 
-* ``requests.parquet``: scenario string, plane string (``control`` | ``data``), api string
-  (``UpdateMetadata``, ``LeaderAndIsr``, ``Produce``), send_time double (unix s), latency_ms
-  double, error string (null when it succeeded). Control rows are every controller request;
-  data rows are the sampled Produce messages.
-* ``samples.parquet``: scenario string, time double (unix s), metric string, value double.
+* ``requests.parquet``: scenario string, plane string (``control`` | ``data`` |
+  ``propagation``), api string (``UpdateMetadata``, ``LeaderAndIsr``, ``Produce``,
+  ``AlterPartitionReassignments``, ``ElectLeaders``), send_time double (unix s), latency_ms
+  double, error string (null when it succeeded). Control rows are every controller request
+  (in a cluster scenario, as the receiving broker's TotalTimeMs measured it); data rows are
+  the sampled Produce messages; propagation rows are a cluster scenario's leader moves, from
+  the request to the controller until every broker's Metadata shows it.
+* ``samples.parquet``: scenario string, time double (unix s), metric string, value double
+  (a cluster's metrics carry a ``broker`` label).
 
 pyarrow (the ``report`` extra) is imported only when the files are written.
 """
@@ -23,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from tools.loadtest.controller import ControlResult
-from tools.loadtest.metrics import Sample
+from tools.loadtest.metrics import Sample, split_metric
 from tools.loadtest.producers import LoadResult
 from tools.loadtest.scenarios import Target
 
@@ -38,7 +42,14 @@ QUEUE_METRICS = (
 IDLE_MARK = "AvgIdlePercent"
 QUEUE_TIME_PREFIX = "RequestQueueTimeMs"
 TOTAL_TIME_PREFIX = "TotalTimeMs"
-HEADLINES = (("shared", "separated"), ("separated", "idle"))
+PROPAGATION_PLANE = "propagation"
+HEADLINES = (
+    ("shared", "separated"),
+    ("separated", "idle"),
+    ("cluster-shared", "cluster-separated"),
+)
+API_HEADLINES = ((("cluster-shared", "cluster-separated"), "LeaderAndIsr"),)
+"""Pairs whose ratio is also given for one API's p50 and p99."""
 TARGETS = {  # summary key -> (numerator, denominator, comparison, bound) of a p99 ratio
     "separated_control_p99_at_most_2x_idle": ("separated", "idle", "<=", 2.0),
     "shared_control_p99_at_least_20x_separated": ("shared", "separated", ">=", 20.0),
@@ -58,6 +69,11 @@ class ScenarioRun:
     load: LoadResult | None = None
     samples: list[Sample] = field(default_factory=list)
     scrape_failures: int = 0
+    brokers: tuple[Target, ...] = ()
+    """A cluster's brokers (``target`` is its controller)."""
+    propagation: list[ControlResult] = field(default_factory=list)
+    moves: dict[str, Any] | None = None
+    """A cluster scenario's leader moves (``leader_moves.MoveCounts``)."""
 
 
 def request_rows(runs: Iterable[ScenarioRun]) -> dict[str, list[Any]]:
@@ -66,6 +82,8 @@ def request_rows(runs: Iterable[ScenarioRun]) -> dict[str, list[Any]]:
     for run in runs:
         for c in run.control:
             _append(cols, run.name, "control", c.api, c.send_time, c.latency_ms, c.error)
+        for c in run.propagation:
+            _append(cols, run.name, PROPAGATION_PLANE, c.api, c.send_time, c.latency_ms, c.error)
         if run.load is not None:
             load = run.load
             for row in zip(load.send_times, load.latencies_ms, load.errors, strict=True):
@@ -164,6 +182,9 @@ def summarize(runs: Sequence[ScenarioRun], options: Mapping[str, Any]) -> dict[s
         for top, bottom in HEADLINES
         if top in p99 and bottom in p99 and p99[bottom] > 0
     }
+    for (top, bottom), api in API_HEADLINES:
+        if top in scenarios and bottom in scenarios:
+            ratios.update(_api_ratios(scenarios[top], scenarios[bottom], top, bottom, api))
     targets = {}
     for key, (top, bottom, op, bound) in TARGETS.items():
         ratio = ratios.get(f"{top}_control_p99/{bottom}_control_p99")
@@ -182,6 +203,21 @@ def summarize(runs: Sequence[ScenarioRun], options: Mapping[str, Any]) -> dict[s
             ),
         },
         "options": dict(options),
+    }
+
+
+def _api_ratios(
+    top: Mapping[str, Any], bottom: Mapping[str, Any], top_name: str, bottom_name: str, api: str
+) -> dict[str, float]:
+    """``<top>_<api>_p50/<bottom>_<api>_p50`` and the same for p99, where both have some."""
+    a = top["control"]["per_api"].get(api, {}).get("latency_ms")
+    b = bottom["control"]["per_api"].get(api, {}).get("latency_ms")
+    if a is None or b is None:
+        return {}
+    return {
+        f"{top_name}_{api}_{q}/{bottom_name}_{api}_{q}": a[q] / b[q]
+        for q in ("p50", "p99")
+        if b[q] > 0
     }
 
 
@@ -209,10 +245,11 @@ def scenario_summary(run: ScenarioRun) -> dict[str, Any]:
             "per_api": per_api,
         },
         "data": None if run.load is None else data_summary(run.load),
+        "cluster": None if not run.brokers else cluster_summary(run),
         "queues": {
             name: stats
             for name in QUEUE_METRICS
-            if (stats := queue_stats([s.value for s in run.samples if s.metric == name]))
+            if (stats := queue_stats([s.value for s in run.samples if _base(s.metric) == name]))
         },
         "idle_fraction_mean": mean_idle_fractions(run.samples),
         # Inside the broker: time in the request queue, and from read to response written.
@@ -221,6 +258,38 @@ def scenario_summary(run: ScenarioRun) -> dict[str, Any]:
         "scrapes": len({s.time for s in run.samples}),
         "scrape_failures": run.scrape_failures,
     }
+
+
+def cluster_summary(run: ScenarioRun) -> dict[str, Any]:
+    """A cluster scenario's brokers, leader moves and their propagation times."""
+    errors = Counter(c.error for c in run.propagation if c.error is not None)
+    return {
+        "brokers": {
+            str(t.broker_id): {
+                "data_endpoint": f"{t.data.host}:{t.data.port}",
+                "control_endpoint": f"{t.control.listener}://{t.control.host}:{t.control.port}",
+                "metrics_url": t.metrics_url,
+            }
+            for t in run.brokers
+        },
+        "controller": run.target.broker_id,
+        "moves": run.moves,
+        "propagation": {
+            "steps": len(run.propagation),
+            "errors": sum(errors.values()),
+            "error_names": dict(errors),
+            "latency_ms": latency_stats([c.latency_ms for c in run.propagation]),
+            "per_api": {
+                api: {"steps": len(lat), "latency_ms": latency_stats(lat)}
+                for api, lat in _by_api(run.propagation).items()
+            },
+        },
+    }
+
+
+def _base(metric: str) -> str:
+    """A sample's metric name without its labels."""
+    return metric.partition("{")[0]
 
 
 def _by_api(control: Iterable[ControlResult]) -> dict[str, list[float]]:
@@ -270,15 +339,18 @@ def mean_idle_fractions(samples: Iterable[Sample]) -> dict[str, float]:
 
 
 def mean_broker_times(samples: Iterable[Sample], metric_name: str) -> dict[str, float]:
-    """``request/plane`` -> the broker's mean ``metric_name`` (RequestQueueTimeMs,
-    TotalTimeMs...) over the scenario, from the growth of its cumulative ``_sum`` and
-    ``_count`` since the first scrape."""
+    """``request/plane`` (``request/plane/broker=<id>`` in a cluster) -> the broker's mean
+    ``metric_name`` (RequestQueueTimeMs, TotalTimeMs...) over the scenario, from the growth
+    of its cumulative ``_sum`` and ``_count`` since that broker's first scrape."""
     ordered = sorted(samples, key=lambda s: s.time)
+    first_scrape: dict[str | None, float] = {}  # broker label -> time of its first scrape
+    for s in ordered:
+        first_scrape.setdefault(split_metric(s.metric)[1].get("broker"), s.time)
     first: dict[str, float] = {}
     last: dict[str, float] = {}
     for s in ordered:
         if s.metric.startswith(metric_name + "_"):
-            if s.time == ordered[0].time:
+            if s.time == first_scrape[split_metric(s.metric)[1].get("broker")]:
                 first[s.metric] = s.value
             last[s.metric] = s.value
     means = {}
@@ -294,7 +366,8 @@ def mean_broker_times(samples: Iterable[Sample], metric_name: str) -> dict[str, 
 
 
 def _label_key(labels: str) -> str:
-    """``{plane="data",request="Produce"}`` -> ``Produce/data``."""
-    pairs = dict(item.split("=", 1) for item in labels.strip("{}").split(",") if item)
-    values = {k: v.strip('"') for k, v in pairs.items()}
-    return f"{values.get('request', '?')}/{values.get('plane', '?')}"
+    """``{plane="data",request="Produce"}`` -> ``Produce/data``; with a ``broker`` label,
+    ``Produce/data/broker=1``."""
+    values = split_metric(labels)[1]
+    key = f"{values.get('request', '?')}/{values.get('plane', '?')}"
+    return key if "broker" not in values else f"{key}/broker={values['broker']}"

@@ -9,6 +9,15 @@ while Producers saturate the data plane, and the broker's metrics are scraped ev
 * ``shared``: controller requests arrive on the inter-broker listener (the data plane);
 * ``separated``: controller requests arrive on ``control.plane.listener.name``.
 
+The cluster scenarios (``cluster`` for both) start ZooKeeper and three brokers, create the
+topics with replication factor 3 (so followers fetch every record over INTERNAL beside the
+Producers on CLIENT) and let the cluster's own controller move leaders
+(``loadtest_leader_moves``), its LeaderAndIsr and UpdateMetadata timed by the brokers:
+
+* ``cluster-shared``: no CONTROLLER listener; controller requests wait on INTERNAL behind
+  the followers' fetches and in the data queue behind client requests;
+* ``cluster-separated``: controller requests arrive on CONTROLLER, the control plane.
+
 Writes requests.parquet, samples.parquet and summary.json (see ``loadtest_results``) and
 prints the summary on stdout. Exit code 0, or 1 when a scenario could not run.
 """
@@ -27,11 +36,12 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import uvloop
@@ -39,7 +49,8 @@ from confluent_kafka import KafkaException
 
 from common.network.connection import UnsupportedApi
 from tools.loadtest.cli import add_arguments
-from tools.loadtest.controller import API_TITLES, ControlPlan, FakeController
+from tools.loadtest.controller import API_TITLES, ControlPlan, ControlResult, FakeController
+from tools.loadtest.leader_moves import LeaderMover
 from tools.loadtest.metrics import Scraper
 from tools.loadtest.placement import Placement, parse_cpus
 from tools.loadtest.producers import (
@@ -54,12 +65,16 @@ from tools.loadtest.producers import (
 from tools.loadtest.progress import Progress
 from tools.loadtest.results import ScenarioRun, summarize, write_parquet, write_summary
 from tools.loadtest.scenarios import (
-    SCENARIOS,
+    ALL_SCENARIOS,
+    CLUSTER_BROKERS,
+    SCENARIO_GROUPS,
+    ClusterTarget,
     ScenarioError,
     Target,
     external_target,
     is_loopback,
     started_broker,
+    started_cluster,
 )
 from tools.loadtest.topics import (
     CONTROL_PARTITIONS,
@@ -156,6 +171,8 @@ def _check(args: argparse.Namespace) -> tuple[list[str], Target | None]:
         "control_rate",
         "batch_records",
         "scrape_interval",
+        "move_rate",
+        "move_partitions",
     ):
         if getattr(args, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive")
@@ -179,14 +196,19 @@ def _check(args: argparse.Namespace) -> tuple[list[str], Target | None]:
         return [args.scenario_name], target
     if args.control_server or args.listener or args.metrics_url:
         raise ValueError("--control-server, --listener and --metrics-url need --bootstrap-server")
-    names = [n.strip() for n in str(args.scenarios).split(",") if n.strip()]
-    unknown = [n for n in names if n not in SCENARIOS]
+    names = [
+        name
+        for n in str(args.scenarios).split(",")
+        if n.strip()
+        for name in SCENARIO_GROUPS.get(n.strip(), (n.strip(),))
+    ]
+    unknown = [n for n in names if n not in ALL_SCENARIOS]
     if unknown or not names:
         raise ValueError(
             f"unknown scenario(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(SCENARIOS)}"
+            f"choose from {', '.join([*ALL_SCENARIOS, *SCENARIO_GROUPS])}"
         )
-    return names, None
+    return list(dict.fromkeys(names)), None
 
 
 def _placement(args: argparse.Namespace) -> Placement:
@@ -212,7 +234,12 @@ def _scenario(
     partitions = args.partitions or args.producers
     if external is not None:
         return uvloop.run(_measure(name, external, True, args, partitions, progress))
-    spec = SCENARIOS[name]
+    spec = ALL_SCENARIOS[name]
+    if spec.brokers > 1:
+        with started_cluster(
+            spec, workdir, out, partitions, args.broker_override, placement.broker_preexec()
+        ) as cluster:
+            return uvloop.run(_measure_cluster(name, cluster, args, partitions, progress))
     with started_broker(
         spec,
         workdir,
@@ -264,32 +291,103 @@ async def _measure(
     run = ScenarioRun(
         name, target, {API_TITLES[k]: v for k, v in versions.items()}, float(args.duration)
     )
-    entry = run_wire_load if args.load_client == "wire" else run_load
-    load = start_load(_load_config(args, bootstrap, partitions), entry) if data_load else None
     try:
-        if load is not None:
-            ready = await _receive(load, READY_TIMEOUT_S)
-            if ready != "ready":
-                raise ScenarioError(str(ready))
-            load.conn.send("go")
-        if scraper is not None:
-            asyncio.get_running_loop().call_later(args.warmup, scraper.start)
-        await _with_progress(name, controller, args, load, progress)
-        if load is not None:
-            result = await _receive(load, FLUSH_TIMEOUT_S + RESULT_MARGIN_S)
-            if not isinstance(result, LoadResult):
-                raise ScenarioError(str(result))
-            run.load = result
+        async with _data_load(args, bootstrap, partitions, data_load) as load:
+            if scraper is not None:
+                asyncio.get_running_loop().call_later(args.warmup, scraper.start)
+            try:
+                run.load = await _run_loaded(name, controller, args, load, progress)
+            finally:
+                if scraper is not None:  # before the load stops
+                    run.samples = scraper.stop()
+                    run.scrape_failures = scraper.failures
     finally:
         controller.close()
-        if scraper is not None:
-            run.samples = scraper.stop()
-            run.scrape_failures = scraper.failures
-        if load is not None:
-            _stop(load.process, finished=run.load is not None)
     run.control = controller.results
     run.connect_failures = controller.connect_failures
     return run
+
+
+async def _measure_cluster(
+    name: str, cluster: ClusterTarget, args: argparse.Namespace, partitions: int, progress: Progress
+) -> ScenarioRun:
+    """Create the topics with replication factor 3, then load the data plane and move
+    leaders for ``args.duration``."""
+    topics = {DATA_TOPIC: partitions, CONTROL_TOPIC: args.move_partitions}
+    mover = LeaderMover(cluster.brokers, CONTROL_TOPIC, args.move_rate, args.control_timeout)
+    try:
+        await asyncio.to_thread(create_topics, cluster.bootstrap, topics, CLUSTER_BROKERS)
+        versions = await mover.connect()
+    except (TopicError, KafkaException, UnsupportedApi, OSError) as exc:
+        mover.close()
+        raise ScenarioError(str(exc) or repr(exc)) from None
+    run = ScenarioRun(
+        name,
+        cluster.brokers[mover.controller_id],
+        versions,
+        float(args.duration),
+        brokers=cluster.brokers,
+    )
+    try:
+        async with _data_load(args, cluster.bootstrap, partitions, True) as load:
+            run.load = await _run_loaded(name, mover, args, load, progress)
+    finally:
+        mover.close()
+    run.control = mover.results
+    run.propagation = mover.propagation
+    run.samples = mover.samples
+    run.scrape_failures = mover.scrape_failures
+    run.moves = mover.counts.as_dict()
+    return run
+
+
+class Measurer(Protocol):
+    """What runs while the data plane is loaded: the fake controller or the leader mover."""
+
+    results: list[ControlResult]
+
+    async def run(self, seconds: float, warmup: float = 0.0) -> None: ...
+
+
+@dataclass
+class _Load:
+    """The running data load (None: the scenario has none) and its result once received."""
+
+    process: LoadProcess | None
+    result: LoadResult | None = None
+
+
+@asynccontextmanager
+async def _data_load(
+    args: argparse.Namespace, bootstrap: str, partitions: int, enabled: bool
+) -> AsyncIterator[_Load]:
+    """Start the load process (when ``enabled``), wait until it is ready and let it go; it
+    is stopped when the block ends."""
+    entry = run_wire_load if args.load_client == "wire" else run_load
+    load = _Load(start_load(_load_config(args, bootstrap, partitions), entry) if enabled else None)
+    try:
+        if load.process is not None:
+            ready = await _receive(load.process, READY_TIMEOUT_S)
+            if ready != "ready":
+                raise ScenarioError(str(ready))
+            load.process.conn.send("go")
+        yield load
+    finally:
+        if load.process is not None:
+            _stop(load.process.process, finished=load.result is not None)
+
+
+async def _run_loaded(
+    name: str, measurer: Measurer, args: argparse.Namespace, load: _Load, progress: Progress
+) -> LoadResult | None:
+    """Run ``measurer`` for the warm-up and the duration; the load's result."""
+    await _with_progress(name, measurer, args, load.process, progress)
+    if load.process is not None:
+        result = await _receive(load.process, FLUSH_TIMEOUT_S + RESULT_MARGIN_S)
+        if not isinstance(result, LoadResult):
+            raise ScenarioError(str(result))
+        load.result = result
+    return load.result
 
 
 async def _receive(load: LoadProcess, timeout: float) -> Any:
@@ -319,18 +417,18 @@ async def _receive(load: LoadProcess, timeout: float) -> Any:
 
 async def _with_progress(
     name: str,
-    controller: FakeController,
+    measurer: Measurer,
     args: argparse.Namespace,
     load: LoadProcess | None,
     progress: Progress,
 ) -> None:
-    """Run the controller for the warm-up and the duration, updating the progress line."""
-    task = asyncio.ensure_future(controller.run(args.duration, args.warmup))
+    """Run ``measurer`` for the warm-up and the duration, updating the progress line."""
+    task = asyncio.ensure_future(measurer.run(args.duration, args.warmup))
     total = args.warmup + args.duration
     start = time.monotonic()
     while not task.done():
         await asyncio.wait([task], timeout=PROGRESS_INTERVAL_S)
-        latencies = [r.latency_ms for r in controller.results]
+        latencies = [r.latency_ms for r in measurer.results]
         p99 = float(np.percentile(latencies, 99)) if latencies else None
         sent = int(load.progress[0]) if load is not None else 0
         progress.update(name, time.monotonic() - start, total, sent, len(latencies), p99)

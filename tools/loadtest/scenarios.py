@@ -1,13 +1,19 @@
-"""The brokers of ``kplane loadtest``: one scenario's ``kplane serve`` process, or a running one.
+"""The brokers of ``kplane loadtest``: one scenario's ``kplane serve`` process, a cluster of
+them on a real ZooKeeper, or a running broker.
 
-Each scenario starts a fresh broker on loopback with ephemeral ports and learns its endpoints
-and metrics URL from its JSON log lines ("listener bound", "metrics exposed", "started"). The
-broker is always stopped: SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``.
+Each scenario starts fresh brokers on loopback with ephemeral ports and learns their endpoints
+and metrics URLs from their JSON log lines ("listener bound", "metrics exposed", "started").
+A cluster scenario (``CLUSTER_SCENARIOS``) starts ZooKeeper (``tools.zookeeper``) and three
+brokers laid out as ``kplane cluster up`` lays them out (``tools.cluster.broker_overrides``).
+Everything started is stopped: brokers with SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``,
+then ZooKeeper.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
+import signal
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -15,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.cluster import broker_overrides
 from tools.loadtest.controller import Endpoint
-from tools.serve_process import ServeFailed, spawn_serve
+from tools.serve_process import ServeFailed, ServeProcess, spawn_serve
+from tools.zookeeper import ZooKeeperServer, unavailable_reason
 
 LOOPBACK = "127.0.0.1"
 DATA_LISTENER = "CLIENT"
@@ -39,6 +47,8 @@ class ScenarioSpec:
     control_plane: bool
     """Whether ``control.plane.listener.name`` separates CONTROLLER (KIP-291)."""
     data_load: bool
+    brokers: int = 1
+    """More than one: a cluster on ZooKeeper whose own controller moves leaders."""
 
     @property
     def control_listener(self) -> str:
@@ -55,6 +65,30 @@ SCENARIOS: Mapping[str, ScenarioSpec] = {
     ),
     "separated": ScenarioSpec("separated", SEPARATED_LISTENERS, control_plane=True, data_load=True),
 }
+CLUSTER_BROKERS = 3
+CLUSTER_SCENARIOS: Mapping[str, ScenarioSpec] = {
+    "cluster-shared": ScenarioSpec(
+        "cluster-shared",
+        (DATA_LISTENER, INTER_BROKER_LISTENER),
+        control_plane=False,
+        data_load=True,
+        brokers=CLUSTER_BROKERS,
+    ),
+    "cluster-separated": ScenarioSpec(
+        "cluster-separated",
+        SEPARATED_LISTENERS,
+        control_plane=True,
+        data_load=True,
+        brokers=CLUSTER_BROKERS,
+    ),
+}
+ALL_SCENARIOS: Mapping[str, ScenarioSpec] = {**SCENARIOS, **CLUSTER_SCENARIOS}
+SCENARIO_GROUPS: Mapping[str, tuple[str, ...]] = {"cluster": tuple(CLUSTER_SCENARIOS)}
+"""Names that stand for several scenarios on the command line."""
+CLUSTER_PROPERTIES = (
+    "auto.leader.rebalance.enable=false",  # leaders move when the load test moves them
+    "controlled.shutdown.enable=false",  # the cluster is torn down whole, after measuring
+)
 
 
 @dataclass(frozen=True)
@@ -141,6 +175,78 @@ def started_broker(
         yield target_from_events(events, int(props["broker.id"]), spec.control_listener)
     finally:
         serve.stop(STOP_TIMEOUT_S)
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    """A started cluster: its brokers by id, and ZooKeeper's address."""
+
+    brokers: tuple[Target, ...]
+    zookeeper: str
+
+    @property
+    def bootstrap(self) -> str:
+        """Every broker's data endpoint, as ``bootstrap.servers``."""
+        return ",".join(f"{t.data.host}:{t.data.port}" for t in self.brokers)
+
+
+def cluster_broker_overrides(
+    spec: ScenarioSpec, broker_id: int, zookeeper: str, log_dir: Path, partitions: int
+) -> list[str]:
+    """The ``--override`` settings of one broker of ``spec``'s cluster: ``kplane cluster
+    up``'s layout on ephemeral ports (without CONTROLLER when the planes are shared), no
+    leader moves of its own, no controlled shutdown at the teardown."""
+    return [
+        *broker_overrides(broker_id, 0, zookeeper, log_dir, control_plane=spec.control_plane),
+        f"num.partitions={partitions}",
+        "kplane.metrics.host=" + LOOPBACK,
+        *CLUSTER_PROPERTIES,
+    ]
+
+
+@contextmanager
+def started_cluster(
+    spec: ScenarioSpec,
+    workdir: Path,
+    log_dir: Path,
+    partitions: int,
+    overrides: Sequence[str],
+    preexec: Callable[[], None] | None = None,
+) -> Iterator[ClusterTarget]:
+    """Run ZooKeeper and ``spec.brokers`` brokers (logs ``log_dir/<scenario>-broker-<id>.log``)
+    until the block ends; ``preexec`` runs in each broker before it starts (CPU pinning)."""
+    reason = unavailable_reason()
+    if reason is not None:
+        raise ScenarioError(f"no ZooKeeper: {reason}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    zookeeper = ZooKeeperServer(workdir / f"{spec.name}-zookeeper")
+    serves: list[ServeProcess] = []
+    try:
+        try:
+            zookeeper.start()
+        except RuntimeError as exc:
+            raise ScenarioError(str(exc).splitlines()[0]) from None
+        for broker_id in range(spec.brokers):
+            props = cluster_broker_overrides(
+                spec, broker_id, zookeeper.connect, workdir / f"{spec.name}-{broker_id}", partitions
+            )
+            log_path = log_dir / f"{spec.name}-broker-{broker_id}.log"
+            serves.append(spawn_serve(os.devnull, [*props, *overrides], log_path, preexec=preexec))
+        targets = []
+        for broker_id, serve in enumerate(serves):
+            try:
+                events = serve.wait_started(START_TIMEOUT_S)
+            except ServeFailed as exc:
+                raise ScenarioError(f"broker {broker_id}: {exc}") from None
+            targets.append(target_from_events(events, broker_id, spec.control_listener))
+        yield ClusterTarget(tuple(targets), zookeeper.connect)
+    finally:
+        for serve in serves:  # all at once: each stops while the others do
+            if serve.process.poll() is None:
+                serve.process.send_signal(signal.SIGTERM)
+        for serve in serves:
+            serve.stop(STOP_TIMEOUT_S)
+        zookeeper.stop()
 
 
 def parse_address(value: str) -> tuple[str, int]:

@@ -1,14 +1,16 @@
-"""The topics of ``kplane loadtest``: create them, then describe the control topic.
+"""The topics of ``kplane loadtest``: create them, then describe them with Metadata.
 
 The data topic carries the Producers' records; the control topic is what the fake controller's
-UpdateMetadata and LeaderAndIsr requests are about, so the data topic is never touched by them.
+UpdateMetadata and LeaderAndIsr requests are about (in a cluster scenario: the partitions whose
+leaders the real controller moves), so the data topic is never touched by them.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -30,19 +32,36 @@ class TopicError(Exception):
 
 
 @dataclass(frozen=True)
+class PartitionState:
+    """One partition as Metadata describes it."""
+
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class TopicState:
-    """A topic as Metadata describes it: id, partitions, the highest leader epoch."""
+    """A topic as Metadata describes it: id, partitions, the highest leader epoch; each
+    partition's leader and replicas, the brokers' endpoints (of the listener asked) by id and
+    the controller's id."""
 
     topic_id: uuid.UUID
     partitions: tuple[int, ...]
     leader_epoch: int
+    states: Mapping[int, PartitionState] = field(default_factory=dict)
+    brokers: Mapping[int, tuple[str, int]] = field(default_factory=dict)
+    controller_id: int = -1
 
 
-def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
+def create_topics(bootstrap: str, topics: dict[str, int], replication_factor: int = 1) -> None:
     """Create ``topics`` (name -> partitions; existing ones are kept) and wait until every
     partition has a leader."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    new = [NewTopic(name, num_partitions=n, replication_factor=1) for name, n in topics.items()]
+    new = [
+        NewTopic(name, num_partitions=n, replication_factor=replication_factor)
+        for name, n in topics.items()
+    ]
     for name, future in admin.create_topics(new, operation_timeout=10).items():
         try:
             future.result(timeout=READY_TIMEOUT_S)
@@ -68,23 +87,42 @@ def _have_leaders(admin: AdminClient, topics: dict[str, int]) -> bool:
 
 
 async def describe_topic(host: str, port: int, topic: str) -> TopicState:
-    """The id, partitions and highest leader epoch of ``topic``, from a Metadata request."""
+    """``topic`` as the broker at host:port describes it, from a Metadata request."""
     conn = BrokerConnection(host, port, "kplane-loadtest-metadata", int(READY_TIMEOUT_S * 1000))
     try:
         await conn.connect(READY_TIMEOUT_S)
-        response = await conn.request(
-            ApiKey.METADATA, lambda version: _metadata_request(version, topic)
-        )
+        return await topic_metadata(conn, topic)
     finally:
         conn.close()
+
+
+async def topic_metadata(conn: BrokerConnection, topic: str) -> TopicState:
+    """``topic`` as Metadata on the open ``conn`` describes it; TopicError when the answer
+    has an error for it or does not name it."""
+    response = await conn.request(
+        ApiKey.METADATA, lambda version: _metadata_request(version, topic)
+    )
     for t in response.topics:
         if t.name == topic:
             if t.error_code != ErrorCode.none:
                 raise TopicError(f"Metadata for {topic}: {t.error_code.name.upper()}")
-            partitions = tuple(sorted(int(p.partition_index) for p in t.partitions))
-            epochs = [int(getattr(p, "leader_epoch", 0)) for p in t.partitions]
+            states = {
+                int(p.partition_index): PartitionState(
+                    int(p.leader_id),
+                    int(getattr(p, "leader_epoch", 0)),
+                    tuple(int(r) for r in p.replica_nodes),
+                )
+                for p in t.partitions
+            }
             topic_id = getattr(t, "topic_id", None) or uuid.UUID(int=0)
-            return TopicState(topic_id, partitions, max(epochs, default=0))
+            return TopicState(
+                topic_id,
+                tuple(sorted(states)),
+                max((s.leader_epoch for s in states.values()), default=0),
+                states,
+                {int(b.node_id): (str(b.host), int(b.port)) for b in response.brokers},
+                int(getattr(response, "controller_id", -1)),
+            )
     raise TopicError(f"Metadata did not describe {topic}")
 
 

@@ -28,6 +28,7 @@ from protocol.errors import ErrorCode
 from protocol.framing import encode_request_frame, response_body_offset
 from protocol.records import Record, build_batch
 from tools.loadtest.producers import LoadConfig, LoadResult
+from tools.loadtest.topics import TopicError, describe_topic
 
 PRODUCE, PRODUCE_VERSION = 0, 9
 CORRELATION_AT = 8
@@ -67,12 +68,13 @@ def produce_error(frame: bytes) -> ErrorCode:
 
 
 class WireLoad:
-    """``config.producers`` Produce connections to ``config.bootstrap``, one per partition
-    round-robin over ``config.partitions``."""
+    """``config.producers`` Produce connections, one per partition round-robin over
+    ``config.partitions``, each to its partition's leader (as the first of
+    ``config.bootstrap`` describes the topic)."""
 
     def __init__(self, config: LoadConfig) -> None:
         self.config = config
-        host, _, port = config.bootstrap.rpartition(":")
+        host, _, port = config.bootstrap.split(",")[0].rpartition(":")
         self.host, self.port = host, int(port)
         self.batch_records = config.batch_records
         self.counts = LoadResult()
@@ -83,12 +85,21 @@ class WireLoad:
         self._requests = 0
 
     async def connect(self) -> None:
-        """Open every connection (OSError when one cannot be opened)."""
-        for _ in range(self.config.producers):
+        """Open every connection (OSError when one cannot be opened); a partition whose
+        leader is unknown (no such topic) is sent to the first bootstrap server, which
+        answers with its error."""
+        try:
+            topic = await describe_topic(self.host, self.port, self.config.topic)
+        except TopicError:
+            topic = None
+        partitions = max(1, self.config.partitions)
+        for index in range(self.config.producers):
+            address = (self.host, self.port)
+            state = topic.states.get(index % partitions) if topic is not None else None
+            if topic is not None and state is not None and state.leader in topic.brokers:
+                address = topic.brokers[state.leader]
             self._streams.append(
-                await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), CONNECT_TIMEOUT_S
-                )
+                await asyncio.wait_for(asyncio.open_connection(*address), CONNECT_TIMEOUT_S)
             )
 
     async def run(self, progress: Any) -> float:

@@ -18,9 +18,15 @@ Points = list[tuple[float, float]]
 Curves = dict[tuple[str, str], Points]
 """Curves keyed by (scenario, plane / metric / statistic), in drawing order."""
 
-SCENARIO_COLORS = {"idle": "tab:gray", "shared": "tab:red", "separated": "tab:blue"}
-OTHER_COLORS = ("tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive")
-PLANE_STYLES = {"control": "-", "data": "--"}
+SCENARIO_COLORS = {
+    "idle": "tab:gray",
+    "shared": "tab:red",
+    "separated": "tab:blue",
+    "cluster-shared": "tab:orange",
+    "cluster-separated": "tab:cyan",
+}
+OTHER_COLORS = ("tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
+PLANE_STYLES = {"control": "-", "data": "--", "propagation": ":"}
 STAT_STYLES = {"p99": "-", "p50": ":"}
 TIME_LABEL = "seconds since scenario start"
 

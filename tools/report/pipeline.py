@@ -3,10 +3,13 @@
 Reads what ``kplane loadtest`` writes into RESULTS_DIR:
 
 * ``requests.parquet`` (a file or a directory of part files), one row per request:
-  ``scenario`` (idle|shared|separated), ``plane`` (control|data), ``api``, ``send_time``
-  (unix s), ``latency_ms`` (send to response) and ``error`` (null when it succeeded);
+  ``scenario`` (idle|shared|separated|cluster-shared|cluster-separated), ``plane``
+  (control|data|propagation), ``api``, ``send_time`` (unix s), ``latency_ms`` (send to
+  response; a cluster's controller requests as the receiving broker timed them) and
+  ``error`` (null when it succeeded);
 * ``samples.parquet`` (optional): broker metric samples ``scenario``, ``time``, ``metric``,
-  ``value``;
+  ``value`` (a cluster's carry a ``broker`` label; queue charts show the largest over the
+  brokers);
 * ``summary.json`` (optional): shown as it is.
 
 and writes report.md, report.html, latency.csv and four PNG charts. Percentiles are exact
@@ -40,8 +43,14 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
 
 LOOPBACK = "127.0.0.1"
-SCENARIOS = ("idle", "shared", "separated")
-HEADLINE_PAIRS = (("shared", "separated"), ("separated", "idle"))
+SCENARIOS = ("idle", "shared", "separated", "cluster-shared", "cluster-separated")
+HEADLINE_PAIRS = (
+    ("shared", "separated"),
+    ("separated", "idle"),
+    ("cluster-shared", "cluster-separated"),
+)
+API_HEADLINES = ((("cluster-shared", "cluster-separated"), "LeaderAndIsr"),)
+"""Pairs also compared on one controller API's p50 and p99."""
 TABLE_QUANTILES = (0.5, 0.95, 0.99, 0.999)
 CDF_QUANTILES = tuple(
     sorted({i / 180 for i in range(181)} | {0.99 + i / 1000 for i in range(1, 10)} | {0.9999})
@@ -105,6 +114,10 @@ class Analysis:
     queue: Curves
     spark_version: str
 
+    @property
+    def scenarios(self) -> set[str]:
+        return {row.scenario for row in self.latency}
+
 
 @dataclass(frozen=True)
 class ReportResult:
@@ -115,6 +128,7 @@ class ReportResult:
     control_p99: dict[str, float | None]
     shared_vs_separated: float | None
     separated_vs_idle: float | None
+    cluster_shared_vs_separated: float | None = None
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -378,11 +392,13 @@ def throughput_curves(requests: DataFrame) -> Curves:
 
 
 def queue_curves(samples: DataFrame) -> Curves:
-    """(scenario, *QueueSize metric) → (second, largest sample in that second)."""
+    """(scenario, *QueueSize metric) → (second, largest sample in that second); a cluster's
+    brokers (the metric's labels) together."""
     from pyspark.sql import functions as F
 
     rows = (
         samples.filter(F.col("metric").contains(QUEUE_METRIC_MARK) & F.col("value").isNotNull())
+        .withColumn("metric", F.split("metric", "[{]").getItem(0))
         .groupBy("scenario", "metric", "second")
         .agg(F.max("value").alias("value"))
         .collect()
@@ -439,6 +455,7 @@ def write_report(analysis: Analysis, results_dir: Path, out_dir: Path, master: s
         control_p99=analysis.control_p99,
         shared_vs_separated=ratios["shared", "separated"],
         separated_vs_idle=ratios["separated", "idle"],
+        cluster_shared_vs_separated=ratios["cluster-shared", "cluster-separated"],
     )
 
 
@@ -474,20 +491,46 @@ def _document(analysis: Analysis, results_dir: Path, master: str) -> Document:
     return Document(
         title="kplane control-plane report (KIP-291)",
         facts=facts,
-        headlines=_headlines(analysis.control_p99),
+        headlines=_headlines(analysis.control_p99, analysis.scenarios)
+        + _api_headlines(analysis.latency),
         table=[_table_cells(row) for row in analysis.latency],
         charts=CHART_TITLES,
         summary=_read_summary(results_dir / "summary.json"),
     )
 
 
-def _headlines(p99: dict[str, float | None]) -> list[tuple[str, str, str]]:
-    """(label, ratio, detail) of each HEADLINE_PAIRS control-plane p99 ratio."""
+def _headlines(p99: dict[str, float | None], present: set[str]) -> list[tuple[str, str, str]]:
+    """(label, ratio, detail) of each HEADLINE_PAIRS control-plane p99 ratio with at least
+    one of its scenarios in the results."""
     lines = []
     for (top, bottom), ratio in _ratios(p99).items():
+        if top not in present and bottom not in present:
+            continue
         shown = "n/a" if ratio is None else f"{ratio:.2f}x"
         detail = f"{top} {_ms(p99.get(top))}, {bottom} {_ms(p99.get(bottom))}"
         lines.append((f"Control-plane p99, {top} ÷ {bottom}", shown, detail))
+    return lines
+
+
+def _api_headlines(latency: list[LatencyRow]) -> list[tuple[str, str, str]]:
+    """(label, ratio, detail) of each API_HEADLINES p50 and p99 ratio whose scenarios both
+    have control-plane rows of that API."""
+    rows = {(r.scenario, r.api): r for r in latency if r.plane == "control"}
+    lines = []
+    for (top, bottom), api_name in API_HEADLINES:
+        a, b = rows.get((top, api_name)), rows.get((bottom, api_name))
+        if a is None or b is None:
+            continue
+        for stat in ("p50", "p99"):
+            x, y = getattr(a, f"{stat}_ms"), getattr(b, f"{stat}_ms")
+            ratio = "n/a" if x is None or not y else f"{x / y:.2f}x"
+            lines.append(
+                (
+                    f"{api_name} {stat}, {top} ÷ {bottom}",
+                    ratio,
+                    f"{top} {_ms(x)}, {bottom} {_ms(y)}",
+                )
+            )
     return lines
 
 
