@@ -162,6 +162,27 @@ class ValidList:
 
 
 @dataclass(frozen=True, slots=True)
+class ThrottledReplicaList:
+    """``[PartitionId]:[BrokerId],...`` or ``*`` (Kafka's ThrottledReplicaListValidator)."""
+
+    def __call__(self, name: str, value: Any) -> None:
+        items = [item.strip() for item in value]
+        if items == ["*"]:
+            return
+        for item in items:
+            if not _THROTTLED_REPLICA.match(item):
+                raise _invalid(
+                    name,
+                    ",".join(value),
+                    "must be the literal '*' or a list of replicas in the form "
+                    "[PartitionId]:[BrokerId],[PartitionId]:[BrokerId],...",
+                )
+
+    def __str__(self) -> str:
+        return "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+
+
+@dataclass(frozen=True, slots=True)
 class ClassNames:
     """A list of dotted Python import paths ``module.Class``."""
 
@@ -177,6 +198,7 @@ class ClassNames:
 _SHORT_RANGE = (-(2**15), 2**15 - 1)
 _INT_RANGE = (-(2**31), 2**31 - 1)
 _LONG_RANGE = (-(2**63), 2**63 - 1)
+_THROTTLED_REPLICA = re.compile(r"^[0-9]+:[0-9]+$")
 _CLASS_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 LONG_MAX = 2**63 - 1
 """Java's ``Long.MAX_VALUE``, Kafka's default for several 'never' settings."""
@@ -495,6 +517,16 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("replica.lag.time.max.ms", T.LONG, 30000,
               "A follower that has not caught up for this long leaves the ISR.", H, RO,
               at_least(1)),
+    ConfigDef("leader.replication.throttled.rate", T.LONG, LONG_MAX,
+              "Bytes per second a leader sends to out-of-sync followers of the replicas its "
+              "topics list in leader.replication.throttled.replicas.", M, BROKER, at_least(0)),
+    ConfigDef("follower.replication.throttled.rate", T.LONG, LONG_MAX,
+              "Bytes per second an out-of-sync follower fetches for the replicas its topics "
+              "list in follower.replication.throttled.replicas.", M, BROKER, at_least(0)),
+    ConfigDef("replication.quota.window.num", T.INT, 11,
+              "Samples kept to compute a replication throttle's rate.", L, RO, at_least(1)),
+    ConfigDef("replication.quota.window.size.seconds", T.INT, 1,
+              "Span of one replication throttle sample.", L, RO, at_least(1)),
     ConfigDef("replica.fetch.max.bytes", T.INT, 1048576,
               "Bytes a follower asks for per partition in one fetch (at least one batch).",
               M, RO, at_least(0)),

@@ -17,6 +17,7 @@ from broker.config.definitions import (
     COMPRESSION_TYPES,
     TIMESTAMP_TYPES,
     ConfigType,
+    ThrottledReplicaList,
     Validator,
     at_least,
     between,
@@ -91,6 +92,14 @@ TOPIC_CONFIGS: Mapping[str, TopicConfigDef] = {d.name: d for d in (
     _topic("index.interval.bytes", T.INT,
            "Bytes of records between two offset index entries.",
            at_least(0), "log.index.interval.bytes"),
+    TopicConfigDef("leader.replication.throttled.replicas", T.LIST,
+                   "Replicas ([partition]:[broker], or *) whose out-of-sync followers this "
+                   "broker, as leader, serves within leader.replication.throttled.rate.",
+                   ThrottledReplicaList()),
+    TopicConfigDef("follower.replication.throttled.replicas", T.LIST,
+                   "Replicas ([partition]:[broker], or *) this broker, as an out-of-sync "
+                   "follower, fetches within follower.replication.throttled.rate.",
+                   ThrottledReplicaList()),
     _topic("max.compaction.lag.ms", T.LONG,
            "Most time a record may stay uncompacted.",
            at_least(1), "log.cleaner.max.compaction.lag.ms"),

@@ -633,6 +633,13 @@ class KafkaController:
                         continue
                     new = self._refreshed(s)
                     self._states[(topic, index)] = new
+                    stopping = set(new.isr) & self._shutting_down
+                    if stopping and new.leader not in stopping:
+                        # A leader let a broker in controlled shutdown back in (it fetched
+                        # before its StopReplica arrived): take it out again.
+                        isr = tuple(r for r in new.isr if r not in stopping)
+                        new = self._write_state(new, new.leader, isr)
+                        self._send_leader_and_isr([new])
                     self._maybe_complete_reassignment(new)
                     changed.append(self._states[(topic, index)])
                 self.client.delete_isr_change_notification(name)

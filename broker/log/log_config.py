@@ -89,6 +89,12 @@ class LogConfigs:
     def max_message_bytes(self, topic: str) -> int:
         return self._int(topic, "max.message.bytes", "message.max.bytes")
 
+    def replica_list(self, topic: str, name: str) -> list[str]:
+        """A topic's ``leader.replication.throttled.replicas`` or
+        ``follower.replication.throttled.replicas`` (``name``): its items, none unset."""
+        value = self._topic(topic).get(name)
+        return [item for item in value.split(",") if item.strip()] if value else []
+
     def log_append_time(self, topic: str) -> bool:
         """``message.timestamp.type`` is LogAppendTime (else CreateTime)."""
         value = self._topic(topic).get("message.timestamp.type")

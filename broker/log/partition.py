@@ -21,6 +21,7 @@ from protocol.records import (
     EndTxnMarker,
     build_control_batch,
     number_batches,
+    read_partial_batches,
     scan_batches,
 )
 
@@ -194,10 +195,13 @@ class Partition:
         them), take the leader's high watermark up to this log's end and its log start
         offset. Returns the new log end offset."""
         with self._lock:
-            if records:
-                batches = scan_batches(records)
-                if batches:
-                    self.log.append_as_follower(records, batches)
+            # A fetch answer may end inside a batch (it is cut at the requested bytes):
+            # the whole batches go in, their CRCs checked; the rest comes with the next one.
+            whole = read_partial_batches(records) if records else []
+            if whole:
+                end = whole[-1].position + whole[-1].size
+                complete = bytes(memoryview(records)[:end]) if end < len(records) else records
+                self.log.append_as_follower(complete, scan_batches(complete))
             self._high_watermark = max(
                 self._high_watermark, min(leader_high_watermark, self.log.log_end_offset)
             )

@@ -74,7 +74,7 @@ class DelayedFetch(DelayedOperation):
             if spec.offset > limit or spec.offset < partition.log.log_start_offset:
                 return self.force_complete()
             bound = fetchable_end(partition, isolation_level)
-            if spec.offset < bound:
+            if spec.offset < bound and not self.apis.held_back(self.ctx, spec.tp):
                 views = partition.log.read(
                     spec.offset,
                     spec.max_bytes,
@@ -196,17 +196,25 @@ class FetchApis:
         isolation_level = _isolation_level(ctx)
         topics: dict[Any, list[tuple[Any, list[Piece]]]] = {}
         first_data = True
+        replica_id = _replica_id(ctx) if isolation_level == FETCH_LOG_END else -1
+        quota = self.replica_manager.leader_quota if replica_id >= 0 else None
         for spec in specs:
             if spec.tp is None:
                 result = ReadResult(spec.error)
             else:
+                throttled = quota is not None and self.replica_manager.throttled_follower(
+                    spec.tp, replica_id
+                )
+                held_back = throttled and quota is not None and quota.is_quota_exceeded()
                 result = self.replica_manager.read(
                     spec.tp,
                     spec.offset,
-                    min(spec.max_bytes, remaining),
-                    first_data,
+                    0 if held_back else min(spec.max_bytes, remaining),
+                    first_data and not held_back,
                     isolation_level,
                 )
+                if throttled and quota is not None and result.size:
+                    quota.record(result.size)
             size = result.size
             if size:
                 first_data = False
@@ -246,6 +254,18 @@ class FetchApis:
         ]
         response = ctx.make_response(error_code=ErrorCode.none, session_id=0, responses=())
         ctx.respond_pieces(encode_fetch_response(response, entries))
+
+    def held_back(self, ctx: RequestContext, tp: TopicPartition) -> bool:
+        """Over the leader's rate, a throttled follower's fetch of ``tp`` gets no records
+        (KIP-73), and a waiting fetch does not count them."""
+        if _isolation_level(ctx) != FETCH_LOG_END:
+            return False
+        quota = self.replica_manager.leader_quota
+        return (
+            quota is not None
+            and self.replica_manager.throttled_follower(tp, _replica_id(ctx))
+            and quota.is_quota_exceeded()
+        )
 
     # ListOffsets ---------------------------------------------------------------------
     def handle_list_offsets(self, ctx: RequestContext) -> None:

@@ -66,6 +66,7 @@ from broker.server.process_tuning import set_switch_interval, settle_heap
 from broker.server.produce_apis import ProduceApis, ProducerIdManager
 from broker.server.replica_fetcher import ReplicaFetcherManager
 from broker.server.replica_manager import ReplicaManager
+from broker.server.replication_quota import ReplicationQuota, throttled_replicas
 from broker.server.request_handler import RequestHandlerPool
 from broker.server.request_metrics import RequestMetricsObserver
 from broker.server.sasl_apis import SaslApis
@@ -228,6 +229,12 @@ class KafkaServer:
             self.broker_id, config, self.cache, self.log_manager
         )
         self.replica_manager.fetchers = self.replica_fetchers
+        window = (
+            config.get_int("replication.quota.window.num"),
+            config.get_int("replication.quota.window.size.seconds"),
+        )
+        self.replica_manager.leader_quota = self._replication_quota("leader", *window)
+        self.replica_fetchers.quota = self._replication_quota("follower", *window)
         self.lifecycle.on_shutdown("stop replica fetchers", self.replica_fetchers.shutdown)
         rm = self.replica_manager
         for mbean_type, name, doc, fn in (
@@ -264,6 +271,20 @@ class KafkaServer:
             lambda: self.replica_manager.maybe_shrink_isr(lag_ms),
             lag_ms / 2,
             lag_ms / 2,
+        )
+
+    def _replication_quota(self, side: str, window_num: int, window_s: int) -> ReplicationQuota:
+        """The ``leader`` or ``follower`` replication throttle: its rate a dynamic broker
+        config, the replicas it covers named by each topic's throttled-replicas list."""
+        rate_key = f"{side}.replication.throttled.rate"
+        list_key = f"{side}.replication.throttled.replicas"
+        return ReplicationQuota(
+            lambda: self.config.get_int(rate_key),
+            lambda tp: throttled_replicas(
+                self.log_configs.replica_list(tp.topic, list_key), tp.partition, self.broker_id
+            ),
+            window_num,
+            window_s,
         )
 
     def _start_transaction_coordinator(self, config: KafkaConfig) -> None:

@@ -30,6 +30,7 @@ from broker.log.log_manager import LogManager
 from broker.log.partition import Partition, TopicPartition
 from broker.metadata.cache import MetadataCache
 from broker.network.broker_channels import client_config_for
+from broker.server.replication_quota import ReplicationQuota
 from common.network.connection import BrokerConnection
 from common.network.security import client_ssl_context
 from protocol import api
@@ -40,6 +41,7 @@ log = structlog.get_logger(__name__)
 
 FETCH_VERSION = 12  # topics by name, replica_id in the body
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+THROTTLED_PAUSE_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +266,12 @@ class ReplicaFetcherThread:
     ) -> None:
         manager = self.manager
         config = manager.config
+        partitions = {
+            tp: f for tp, f in partitions.items() if not manager.follower_held_back(f.partition)
+        }
+        if not partitions:  # every one over the follower's throttle: wait for the rate
+            await asyncio.sleep(THROTTLED_PAUSE_S)
+            return
         offsets = {tp: f.partition.log.log_end_offset for tp, f in partitions.items()}
 
         def build(version: int) -> Any:
@@ -312,10 +320,12 @@ class ReplicaFetcherThread:
         if error is ErrorCode.none:
             if partition.log.log_end_offset != offset:
                 return  # truncated meanwhile: the next fetch starts from the new end
+            records = p.records or b""
             end = partition.append_records_as_follower(
-                p.records or b"", int(p.high_watermark), int(p.log_start_offset)
+                records, int(p.high_watermark), int(p.log_start_offset)
             )
             f.lag = max(0, int(p.high_watermark) - end)
+            self.manager.record_throttled(partition, len(records))
         elif error is ErrorCode.offset_out_of_range:
             leader_start = int(p.log_start_offset)
             if leader_start >= 0 and offset < leader_start:
@@ -343,8 +353,32 @@ class ReplicaFetcherManager:
         self.listener = kafka_config.inter_broker_listener_name
         self.config = FetcherConfig.from_config(kafka_config)
         self.num_fetchers = kafka_config.get_int("num.replica.fetchers")
+        self.quota: ReplicationQuota | None = None
+        """``follower.replication.throttled.rate`` (set by the server)."""
         self._threads: dict[tuple[int, int], ReplicaFetcherThread] = {}
         self._lock = threading.Lock()
+
+    def _throttled(self, partition: Partition) -> bool:
+        quota = self.quota
+        return (
+            quota is not None
+            and self.broker_id not in partition.isr
+            and quota.is_throttled(partition.tp)
+        )
+
+    def follower_held_back(self, partition: Partition) -> bool:
+        """An out-of-sync replica named in follower.replication.throttled.replicas waits
+        while the follower's rate is used up (KIP-73)."""
+        return (
+            self._throttled(partition)
+            and self.quota is not None
+            and (self.quota.is_quota_exceeded())
+        )
+
+    def record_throttled(self, partition: Partition, nbytes: int) -> None:
+        """Count what a throttled replica fetched against the follower's rate."""
+        if nbytes and self.quota is not None and self._throttled(partition):
+            self.quota.record(nbytes)
 
     def truncate(self, partition: Partition, offset: int, fully: bool = False) -> None:
         """Cut a followed partition's log at ``offset`` (its divergent tail), or with

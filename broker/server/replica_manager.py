@@ -25,6 +25,7 @@ from protocol.records import InvalidRecordError, scan_batches
 
 if TYPE_CHECKING:
     from broker.server.replica_fetcher import ReplicaFetcherManager as FetcherManager
+    from broker.server.replication_quota import ReplicationQuota
 
 log = structlog.get_logger(__name__)
 
@@ -112,6 +113,8 @@ class ReplicaManager:
         """Fetches for the partitions this broker follows (set by the server)."""
         self.isr_shrinks = 0
         self.isr_expands = 0
+        self.leader_quota: ReplicationQuota | None = None
+        """``leader.replication.throttled.rate`` (set by the server)."""
 
     # leadership (LeaderAndIsr, StopReplica) ----------------------------------------------
     def become_leader_or_follower(
@@ -297,6 +300,16 @@ class ReplicaManager:
                 shrunk += 1
                 self._high_watermark_moved(partition.tp)
         return shrunk
+
+    def throttled_follower(self, tp: TopicPartition, replica_id: int) -> bool:
+        """Whether the leader throttle covers ``replica_id``'s fetches of ``tp``: the
+        replica is named in the topic's leader.replication.throttled.replicas and the
+        follower is out of the ISR (KIP-73; an in-sync follower is never slowed)."""
+        quota = self.leader_quota
+        partition = self.log_manager.get(tp)  # first: only hosted partitions have configs
+        if quota is None or partition is None or replica_id in partition.isr:
+            return False
+        return quota.is_throttled(tp)
 
     def _high_watermark_moved(self, tp: TopicPartition) -> None:
         if self.produce_purgatory is not None:

@@ -39,6 +39,8 @@ def cluster(broker_factory, zookeeper, tmp_path: Path):  # type: ignore[no-untyp
         "replica.fetch.backoff.ms": "100",
         "replica.lag.time.max.ms": "2000",
         "default.replication.factor": "3",
+        # Small fetches: answers end inside a batch, as they do at the 1 MiB default.
+        "replica.fetch.max.bytes": "30000",
     }
 
     def start(broker_id: int) -> RunningBroker:
@@ -111,6 +113,35 @@ def test_every_replica_joins_the_isr_and_holds_the_records(cluster) -> None:  # 
             for b in brokers.values()
         ),
         what="every replica at offset 200",
+    )
+
+
+def test_a_follower_far_behind_catches_up_through_partial_fetches(cluster) -> None:  # type: ignore[no-untyped-def]
+    """Fetch answers cut inside a batch (replica.fetch.max.bytes) still move the follower
+    on: it appends the whole batches and fetches the rest next."""
+    brokers, _start = cluster
+    topic = "far-behind"
+    _create(brokers[0], topic)
+    _wait(lambda: _all_in_sync(brokers, topic), what="ISR of three")
+    p = Producer(
+        {
+            "bootstrap.servers": _bootstrap(brokers),
+            "acks": "1",
+            "linger.ms": 20,
+            "batch.size": 12000,
+        }
+    )
+    for i in range(2000):
+        p.produce(topic, f"{i:06d}".encode() * 40)
+    assert p.flush(30) == 0
+    tp = Tp(topic, 0)
+    _wait(
+        lambda: all(
+            (part := b.server.replica_manager.log_manager.get(tp)) is not None
+            and part.log.log_end_offset == 2000
+            for b in brokers.values()
+        ),
+        what="every replica at offset 2000",
     )
 
 
@@ -415,3 +446,50 @@ def test_partition_reassignment_with_kafka_python(cluster) -> None:  # type: ign
     assert brokers[2].server.replica_manager.log_manager.get(tp).log.log_end_offset == 100
     values = sorted(v for _, v in _read_all(_bootstrap(brokers), topic, 100))
     assert values == sorted(f"m-{i}".encode() for i in range(100))
+
+
+def test_leader_replication_throttle(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """leader.replication.throttled.rate holds back an out-of-sync follower of a throttled
+    replica once the rate is used up; raising the rate (a dynamic broker config) lets it
+    fetch again (KIP-73). The follower is a Fetch with a replica id not in the ISR."""
+    import dataclasses
+
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    from tests.integration.helpers import fetch_partition, fetch_request
+
+    broker = broker_factory({"leader.replication.throttled.rate": "1"})
+    topic = "throttled"
+    broker.create_topic(topic, config={"leader.replication.throttled.replicas": "*"})
+    with broker.wire() as client:
+        for _ in range(10):
+            produce(client, topic, build_batch(recs("t", 10, size=100)), acks=1)
+
+    def follower_fetch() -> int:
+        request = dataclasses.replace(fetch_request(topic, 0), replica_id=5)
+        with broker.wire() as client:
+            part = fetch_partition(client, request)
+        assert part.error_code == ErrorCode.none
+        return len(part.records or b"")
+
+    assert follower_fetch() > 0  # within the rate: served, and counted
+    assert follower_fetch() == 0  # 1 B/s used up: nothing for the throttled follower
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap()})
+    resource = ConfigResource(
+        ResourceType.BROKER,
+        "0",
+        incremental_configs=[
+            ConfigEntry(
+                "leader.replication.throttled.rate",
+                str(2**63 - 1),
+                incremental_operation=AlterConfigOpType.SET,
+            )
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(10)
+    _wait(lambda: follower_fetch() > 0, what="the throttle lifted")

@@ -268,6 +268,9 @@ def test_dynamic_synonym(name: str, instead: str | None) -> None:
 # --- topic configs -----------------------------------------------------------------------
 
 KAFKA_TOPIC_CONFIGS = {
+    # Topic-only configs: Kafka has no broker default for them (KIP-73's replica lists).
+    "leader.replication.throttled.replicas": (),
+    "follower.replication.throttled.replicas": (),
     "cleanup.policy": ("log.cleanup.policy",),
     "compression.type": ("compression.type",),
     "delete.retention.ms": ("log.cleaner.delete.retention.ms",),
@@ -301,6 +304,8 @@ def test_topic_configs_and_their_broker_synonyms_are_kafkas() -> None:
 
 def test_every_topic_config_broker_synonym_is_a_dynamic_config_first() -> None:
     for d in TOPIC_CONFIGS.values():
+        if not d.broker_synonyms:
+            continue
         assert all(s in CONFIGS for s in d.broker_synonyms), d.name
         # The first synonym is the one AlterConfigs may set cluster-wide (DynamicLogConfig).
         assert CONFIGS[d.broker_synonyms[0]].dynamic is CLUSTER, d.name
@@ -324,6 +329,8 @@ def test_every_broker_default_is_a_valid_topic_value() -> None:
 
 def test_topic_config_types_match_their_broker_synonyms() -> None:
     for d in TOPIC_CONFIGS.values():
+        if not d.broker_synonyms:
+            continue
         assert d.type is CONFIGS[d.broker_synonyms[0]].type, d.name
 
 
