@@ -88,6 +88,7 @@ class ReplicaFetcherThread:
         self._stopped = False
         self._connection: BrokerConnection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
         self._started = threading.Event()
@@ -117,19 +118,33 @@ class ReplicaFetcherThread:
         if loop is not None and wake is not None and not loop.is_closed():
             loop.call_soon_threadsafe(wake.set)
 
-    def shutdown(self) -> None:
+    def stop(self) -> None:
+        """End the thread without waiting for it: a Fetch in flight (it may wait up to
+        ``replica.fetch.wait.max.ms`` at the leader) is cancelled, so the LeaderAndIsr that
+        took this thread's last partition away is not held up."""
         self._stopped = True
-        self._poke()
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(task.cancel)
+
+    def shutdown(self) -> None:
+        """Stop, and wait for the thread to end."""
+        self.stop()
         self._thread.join(timeout=5)
 
     # the loop -------------------------------------------------------------------------
     def _main(self) -> None:
-        asyncio.run(self._run())
+        with contextlib.suppress(asyncio.CancelledError):
+            asyncio.run(self._run())
 
     async def _run(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
         self._wake = asyncio.Event()
         self._started.set()
+        if self._stopped:
+            return
         try:
             while not self._stopped:
                 ready = self._ready()
@@ -425,7 +440,7 @@ class ReplicaFetcherManager:
             idle = [key for key, thread in self._threads.items() if thread.empty()]
             stopping = [self._threads.pop(key) for key in idle]
         for thread in stopping:
-            thread.shutdown()
+            thread.stop()
 
     def max_lag(self) -> int:
         """The largest lag, in offsets, of any partition fetched here (Kafka's MaxLag)."""
