@@ -356,7 +356,7 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "Threads for background work such as log deletion.", H, CLUSTER, at_least(1),
               honoured=False),
     ConfigDef("num.replica.fetchers", T.INT, 1,
-              "Fetcher threads replicating from each source broker (read at start-up).",
+              "Fetcher threads replicating from each source broker.",
               H, CLUSTER, at_least(1)),
     ConfigDef("num.recovery.threads.per.data.dir", T.INT, 1,
               "Threads per log directory that recover logs at startup and flush them at "

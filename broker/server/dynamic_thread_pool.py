@@ -25,8 +25,8 @@ class DynamicThreadPool:
 
     A new value must be at least 1, at least half and at most double the current one
     (Kafka's rule, so a change never starves or floods the broker at once).
-    ``num.replica.fetchers``, ``num.recovery.threads.per.data.dir`` and
-    ``background.threads`` are validated and kept; kplane has no such pools yet.
+    ``num.replica.fetchers`` goes to ``on_replica_fetchers``; ``num.recovery.threads.per.data.dir``
+    and ``background.threads`` are validated and kept; kplane has no such pools.
     """
 
     reconfigurable_configs = THREAD_CONFIGS
@@ -37,11 +37,13 @@ class DynamicThreadPool:
         handlers: RequestHandlerPool,
         socket_server: SocketServer,
         on_handlers_resized: Callable[[int], None],
+        on_replica_fetchers: Callable[[int], None] = lambda _n: None,
     ) -> None:
         self._current = config
         self.handlers = handlers
         self.socket_server = socket_server
         self._on_handlers_resized = on_handlers_resized
+        self._on_replica_fetchers = on_replica_fetchers
 
     def validate_reconfiguration(self, new: KafkaConfig) -> None:
         for name in sorted(THREAD_CONFIGS):
@@ -72,6 +74,8 @@ class DynamicThreadPool:
         if io_threads != self.handlers.size:
             self.handlers.resize(io_threads)
             self._on_handlers_resized(io_threads)
+        if int(new.get("num.replica.fetchers")) != int(old.get("num.replica.fetchers")):
+            self._on_replica_fetchers(int(new.get("num.replica.fetchers")))
         network_threads = int(new.get("num.network.threads"))
         if network_threads != self.socket_server.config.num_network_threads:
             self.socket_server.resize_processors(network_threads)

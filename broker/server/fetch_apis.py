@@ -43,6 +43,7 @@ class FetchPartitionSpec:
     max_bytes: int
     partition: int
     error: ErrorCode = ErrorCode.unknown_topic_id
+    current_leader_epoch: int = -1  # KIP-320 (Fetch v9+)
 
 
 class DelayedFetch(DelayedOperation):
@@ -64,8 +65,8 @@ class DelayedFetch(DelayedOperation):
             if spec.tp is None:
                 continue
             partition = self.apis.replica_manager.log_manager.get(spec.tp)
-            if partition is None:
-                return self.force_complete()
+            if partition is None or spec.current_leader_epoch not in (-1, partition.leader_epoch):
+                return self.force_complete()  # gone, or the epoch moved: answer the error
             limit = (
                 partition.log.log_end_offset
                 if isolation_level == FETCH_LOG_END
@@ -171,7 +172,13 @@ class FetchApis:
                 tp = TopicPartition(name, index) if readable and name is not None else None
                 specs.append(
                     FetchPartitionSpec(
-                        key, tp, int(p.fetch_offset), int(p.partition_max_bytes), index, error
+                        key,
+                        tp,
+                        int(p.fetch_offset),
+                        int(p.partition_max_bytes),
+                        index,
+                        error,
+                        int(getattr(p, "current_leader_epoch", -1)),
                     )
                 )
         if follower_allowed:
@@ -212,6 +219,7 @@ class FetchApis:
                     0 if held_back else min(spec.max_bytes, remaining),
                     first_data and not held_back,
                     isolation_level,
+                    spec.current_leader_epoch,
                 )
                 if throttled and quota is not None and result.size:
                     quota.record(result.size)

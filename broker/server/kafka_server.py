@@ -501,6 +501,7 @@ class KafkaServer:
                     {"plane": self.data_channel.plane.name},
                     pool_size=n,
                 ).set_pool_size(n),
+                self.replica_fetchers.resize,
             )
         )
         dynamic.add_reconfigurable(

@@ -24,26 +24,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from broker.log.partition import Partition, TopicPartition
+from broker.log.partition import TopicPartition
 from broker.server.context import Handler, RequestContext
 from broker.server.replica_manager import ReplicaManager
 from common.acl import AclOperation, AclResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
-
-NO_PARTITION_LEADER_EPOCH = -1
-
-
-def leader_epoch_error(partition: Partition, current_leader_epoch: int) -> ErrorCode:
-    """Kafka's checkCurrentLeaderEpoch (KIP-320) against the partition's leader epoch."""
-    if current_leader_epoch == NO_PARTITION_LEADER_EPOCH:
-        return ErrorCode.none
-    local = partition.leader_epoch
-    if local > current_leader_epoch:
-        return ErrorCode.fenced_leader_epoch
-    if local < current_leader_epoch:
-        return ErrorCode.unknown_leader_epoch
-    return ErrorCode.none
 
 
 class OffsetForLeaderEpochApis:
@@ -98,17 +84,8 @@ class OffsetForLeaderEpochApis:
         """(error, leader epoch, end offset) of one partition (Kafka's
         ReplicaManager.lastOffsetForLeaderEpoch with fetchOnlyFromLeader)."""
         try:
-            partition = self.replica_manager.leader_partition(tp)
+            partition = self.replica_manager.leader_partition(tp, current_leader_epoch)
         except KafkaError as exc:
-            if exc.code == ErrorCode.not_leader_or_follower:
-                hosted = self.replica_manager.log_manager.get(tp)
-                if hosted is not None:  # Kafka checks the epoch before the leadership
-                    epoch_error = leader_epoch_error(hosted, current_leader_epoch)
-                    if epoch_error != ErrorCode.none:
-                        return epoch_error, -1, -1
             return exc.code, -1, -1
-        epoch_error = leader_epoch_error(partition, current_leader_epoch)
-        if epoch_error != ErrorCode.none:
-            return epoch_error, -1, -1
         epoch, end_offset = partition.log.end_offset_for_epoch(leader_epoch)
         return ErrorCode.none, epoch, end_offset

@@ -109,6 +109,10 @@ class ReplicaFetcherThread:
         with self._lock:
             return max((f.lag for f in self._partitions.values()), default=0)
 
+    def items(self) -> list[tuple[TopicPartition, _Fetched]]:
+        with self._lock:
+            return list(self._partitions.items())
+
     def empty(self) -> bool:
         with self._lock:
             return not self._partitions
@@ -441,6 +445,18 @@ class ReplicaFetcherManager:
             stopping = [self._threads.pop(key) for key in idle]
         for thread in stopping:
             thread.stop()
+
+    def resize(self, num_fetchers: int) -> None:
+        """``num.replica.fetchers`` changed (KIP-226): the partitions are spread again
+        over that many threads per leader."""
+        with self._lock:
+            if num_fetchers == self.num_fetchers:
+                return
+            self.num_fetchers = num_fetchers
+            followed = {
+                tp: f.partition for thread in self._threads.values() for tp, f in thread.items()
+            }
+        self.add_partitions(followed)
 
     def max_lag(self) -> int:
         """The largest lag, in offsets, of any partition fetched here (Kafka's MaxLag)."""

@@ -198,8 +198,11 @@ class ReplicaManager:
             )
         self.controller_epoch = controller_epoch
 
-    def leader_partition(self, tp: TopicPartition) -> Partition:
-        """The partition if this broker leads it; KafkaError with Kafka's code otherwise."""
+    def leader_partition(self, tp: TopicPartition, current_leader_epoch: int = -1) -> Partition:
+        """The partition if this broker leads it; KafkaError with Kafka's code otherwise.
+        A ``current_leader_epoch`` (KIP-320; -1: none) older than the partition's answers
+        FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH, checked before leadership as
+        Kafka does."""
         topic = self.cache.topic(tp.topic)
         if topic is None or tp.partition not in topic.partitions:
             raise KafkaError(
@@ -207,6 +210,15 @@ class ReplicaManager:
                 "This server does not host this topic-partition.",
             )
         partition = self.log_manager.get(tp)
+        if partition is not None and current_leader_epoch >= 0:
+            local = partition.leader_epoch
+            if local != current_leader_epoch:
+                raise KafkaError(
+                    ErrorCode.fenced_leader_epoch
+                    if local > current_leader_epoch
+                    else ErrorCode.unknown_leader_epoch,
+                    f"{tp}: leader epoch {current_leader_epoch} asked, {local} here",
+                )
         if partition is None or partition.leader_id != self.broker_id:
             raise KafkaError(
                 ErrorCode.not_leader_or_follower,
@@ -431,6 +443,7 @@ class ReplicaManager:
         max_bytes: int,
         min_one_batch: bool,
         isolation_level: int = READ_UNCOMMITTED,
+        current_leader_epoch: int = -1,
     ) -> ReadResult:
         """Read whole batches from ``offset``, below the high watermark, or below the last
         stable offset for READ_COMMITTED, which also collects the aborted transactions
@@ -438,7 +451,7 @@ class ReplicaManager:
         OFFSET_OUT_OF_RANGE outside the log. An offset between the LSO and the high
         watermark reads nothing, as in Kafka."""
         try:
-            partition = self.leader_partition(tp)
+            partition = self.leader_partition(tp, current_leader_epoch)
         except KafkaError as exc:
             return ReadResult(exc.code)
         log_ = partition.log

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.log.partition import TopicPartition as Tp
@@ -276,11 +276,36 @@ def test_replication_over_a_sasl_ssl_inter_broker_listener(
         "listener.name.internal.ssl.truststore.location": str(pki.truststore_p12),
         "listener.name.internal.ssl.truststore.password": pki.password,
         "replica.fetch.wait.max.ms": "100",
+        # With an authorizer on, a follower's Fetch needs ClusterAction: the brokers
+        # authenticate as User:broker, a super user; clients (ANONYMOUS) are let through.
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:broker",
+        "allow.everyone.if.no.acl.found": "true",
     }
     brokers = {i: broker_factory({**common, "broker.id": str(i)}) for i in range(2)}
     for b in brokers.values():
         _wait(lambda b=b: len(b.server.cache.snapshot.brokers) == 2, what="two brokers")
     admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap("PLAINTEXT")})
+    # An ACL on the cluster: from now on only its principals have ClusterAction there.
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+    )
+    from confluent_kafka.admin import ResourceType as AclResourceType
+
+    binding = AclBinding(
+        AclResourceType.BROKER,
+        "kafka-cluster",
+        ResourcePatternType.LITERAL,
+        "User:broker",
+        "*",
+        AclOperation.CLUSTER_ACTION,
+        AclPermissionType.ALLOW,
+    )
+    for future in admin.create_acls([binding]).values():
+        future.result(10)
     admin.create_topics([NewTopic("secure-replicated", 1, 2)])["secure-replicated"].result(15)
     _wait(
         lambda: (p := _partition(brokers[0], "secure-replicated")) is not None and len(p.isr) == 2,
@@ -299,6 +324,16 @@ def test_replication_over_a_sasl_ssl_inter_broker_listener(
         ),
         what="both replicas at offset 50",
     )
+    # A follower's Fetch from an anonymous client is refused (no ClusterAction).
+    import dataclasses
+
+    from tests.integration.helpers import fetch_partition, fetch_request
+
+    leader = _partition(brokers[0], "secure-replicated").leader
+    request = dataclasses.replace(fetch_request("secure-replicated", 0), replica_id=7)
+    with brokers[leader].wire("PLAINTEXT") as client:
+        refused = fetch_partition(client, request)
+    assert refused.error_code == ErrorCode.topic_authorization_failed
 
 
 def test_kill_9_of_the_leader_under_an_idempotent_producer(
@@ -338,7 +373,10 @@ def test_kill_9_of_the_leader_under_an_idempotent_producer(
     ].result(30)
 
     def isr_and_leader() -> tuple[int, tuple[int, ...]] | None:
-        md = admin.list_topics("killed", timeout=5).topics["killed"].partitions.get(0)
+        try:  # a broker just killed or starting may not answer in time: ask again
+            md = admin.list_topics("killed", timeout=5).topics["killed"].partitions.get(0)
+        except KafkaException:
+            return None
         return (md.leader, tuple(sorted(md.isrs))) if md is not None else None
 
     wait_value(lambda: (s := isr_and_leader()) is not None and s[1] == (0, 1, 2), timeout=30)
@@ -493,3 +531,62 @@ def test_leader_replication_throttle(broker_factory) -> None:  # type: ignore[no
     )
     admin.incremental_alter_configs([resource])[resource].result(10)
     _wait(lambda: follower_fetch() > 0, what="the throttle lifted")
+
+
+def test_fetch_checks_the_current_leader_epoch(broker: RunningBroker) -> None:
+    """KIP-320: a Fetch naming an older leader epoch gets FENCED_LEADER_EPOCH, a newer one
+    UNKNOWN_LEADER_EPOCH; -1 skips the check."""
+    import dataclasses
+
+    from tests.integration.helpers import fetch_partition, fetch_request
+
+    broker.create_topic("epochs")
+    epoch = broker.server.replica_manager.leader_partition(Tp("epochs", 0)).leader_epoch
+
+    def fetch(current: int) -> int:
+        request = fetch_request("epochs", 0)
+        (topic,) = request.topics
+        (part,) = topic.partitions
+        part = dataclasses.replace(part, current_leader_epoch=current)
+        request = dataclasses.replace(
+            request, topics=(dataclasses.replace(topic, partitions=(part,)),)
+        )
+        with broker.wire() as client:
+            return int(fetch_partition(client, request).error_code)
+
+    assert fetch(epoch) == ErrorCode.none
+    assert fetch(-1) == ErrorCode.none
+    assert fetch(epoch + 1) == ErrorCode.unknown_leader_epoch
+    # As if a newer LeaderAndIsr had come: the client's epoch is now the older one.
+    broker.server.replica_manager.leader_partition(Tp("epochs", 0)).leader_epoch = epoch + 1
+    assert fetch(epoch) == ErrorCode.fenced_leader_epoch
+
+
+def test_num_replica_fetchers_changes_live(cluster) -> None:  # type: ignore[no-untyped-def]
+    """num.replica.fetchers is a dynamic cluster-wide config (KIP-226): the followed
+    partitions spread over more threads per leader, and replication goes on."""
+    from tests.integration.test_dynamic_config import _set
+
+    brokers, _start = cluster
+    topic = "refetched"
+    _create(brokers[0], topic, partitions=6)
+    _wait(
+        lambda: all(
+            (info := b.server.cache.topic(topic)) is not None
+            and all(len(p.isr) == 3 for p in info.partitions.values())
+            for b in brokers.values()
+        ),
+        what="six partitions in sync",
+    )
+    _set(brokers[0], "", {"num.replica.fetchers": "2"})  # the cluster-wide default
+    _wait(
+        lambda: all(b.server.replica_fetchers.num_fetchers == 2 for b in brokers.values()),
+        what="two fetchers per leader everywhere",
+    )
+    assert any(
+        len({key[1] for key in b.server.replica_fetchers._threads}) == 2 for b in brokers.values()
+    )
+    p = Producer({"bootstrap.servers": _bootstrap(brokers), "acks": "all"})
+    for i in range(120):
+        p.produce(topic, f"f-{i}".encode(), partition=i % 6)
+    assert p.flush(30) == 0

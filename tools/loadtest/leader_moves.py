@@ -264,7 +264,17 @@ class LeaderMover:
     async def _connect_controller(self) -> None:
         """(Re)learn the partitions and the controller from Metadata and connect to it."""
         first = next(iter(self._metadata.values()))
-        topic = await topic_metadata(first, self.topic)
+        # The topic was created through another broker: this one may learn of it a little
+        # later (the controller's UpdateMetadata), so wait for it within the timeout.
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                topic = await topic_metadata(first, self.topic)
+                break
+            except TopicError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
         self._states = dict(topic.states)
         if topic.controller_id not in topic.brokers:
             raise TopicError(f"no controller in the Metadata of {first.address}")
