@@ -35,6 +35,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
@@ -496,3 +497,26 @@ class MockTarget(Target):
                 host.flush(1)
             del host
         return {"stopped_by": "destroyed host client"}
+
+
+def machine() -> dict[str, Any]:
+    """The machine a benchmark ran on: cores, memory, kernel, versions, load."""
+    import platform
+
+    import confluent_kafka
+
+    mem = None
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem = round(int(line.split()[1]) / 1024 / 1024, 1)
+                break
+    return {
+        "cores": os.cpu_count(),
+        "mem_total_gb": mem,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "confluent_kafka": confluent_kafka.version(),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+    }

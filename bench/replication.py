@@ -91,7 +91,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from _baselines import LOOPBACK, REPO_ROOT, free_port, read_proc_status
+from _baselines import LOOPBACK, REPO_ROOT, free_port, machine, read_proc_status
 
 from broker.config.definitions import CONFIGS
 from tools.cluster import broker_overrides, listener_ports
@@ -1002,28 +1002,6 @@ def phase_failover(cluster: Cluster, roles: dict[str, int], run: str, out: dict[
 
 
 # -- main -----------------------------------------------------------------------------------------
-
-
-def machine() -> dict[str, Any]:
-    import platform
-
-    import confluent_kafka
-
-    mem = None
-    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                mem = round(int(line.split()[1]) / 1024 / 1024, 1)
-                break
-    return {
-        "cores": os.cpu_count(),
-        "mem_total_gb": mem,
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "confluent_kafka": confluent_kafka.version(),
-        "librdkafka": confluent_kafka.libversion()[0],
-        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-    }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

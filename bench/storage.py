@@ -47,7 +47,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from _baselines import LOOPBACK, REPO_ROOT, free_port, read_proc_status
+from _baselines import LOOPBACK, REPO_ROOT, free_port, machine, read_proc_status
 
 from tools.serve_process import ServeFailed, ServeProcess, json_events, spawn_serve
 
@@ -754,28 +754,6 @@ def _dir_summary(log_dir: Path) -> dict[str, Any]:
 
 
 # -- main --------------------------------------------------------------------------------------
-
-
-def machine() -> dict[str, Any]:
-    import platform
-
-    import confluent_kafka
-
-    mem = None
-    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                mem = round(int(line.split()[1]) / 1024 / 1024, 1)
-                break
-    return {
-        "cores": os.cpu_count(),
-        "mem_total_gb": mem,
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "confluent_kafka": confluent_kafka.version(),
-        "librdkafka": confluent_kafka.libversion()[0],
-        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-    }
 
 
 def _broker_tree() -> str | None:

@@ -241,16 +241,18 @@ class ReplicaFetcherThread:
 
         def build(version: int) -> Any:
             module = api.request_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, version)
-            topics: dict[str, list[Any]] = {}
-            for tp, f in asked.items():
-                topics.setdefault(tp.topic, []).append(
+            topics = _by_topic(
+                (
+                    tp,
                     api.make(
                         module.OffsetForLeaderPartition,
                         partition=tp.partition,
                         current_leader_epoch=f.partition.leader_epoch,
                         leader_epoch=f.partition.log.latest_epoch,
-                    )
+                    ),
                 )
+                for tp, f in asked.items()
+            )
             return api.make(
                 api.request_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, version),
                 replica_id=manager.broker_id,
@@ -295,9 +297,9 @@ class ReplicaFetcherThread:
 
         def build(version: int) -> Any:
             module = api.request_module(ApiKey.FETCH, version)
-            topics: dict[str, list[Any]] = {}
-            for tp, f in partitions.items():
-                topics.setdefault(tp.topic, []).append(
+            topics = _by_topic(
+                (
+                    tp,
                     api.make(
                         module.FetchPartition,
                         partition=tp.partition,
@@ -305,8 +307,10 @@ class ReplicaFetcherThread:
                         fetch_offset=offsets[tp],
                         log_start_offset=f.partition.log.log_start_offset,
                         partition_max_bytes=config.max_bytes,
-                    )
+                    ),
                 )
+                for tp, f in partitions.items()
+            )
             return api.make(
                 api.request_class(ApiKey.FETCH, version),
                 replica_id=manager.broker_id,
@@ -353,6 +357,14 @@ class ReplicaFetcherThread:
                 f.truncating = True
         else:
             self._delay(tp, f, error)
+
+
+def _by_topic(entries: Iterable[tuple[TopicPartition, Any]]) -> dict[str, list[Any]]:
+    """A request's per-partition entities grouped by topic, in order."""
+    topics: dict[str, list[Any]] = {}
+    for tp, entity in entries:
+        topics.setdefault(tp.topic, []).append(entity)
+    return topics
 
 
 class ReplicaFetcherManager:

@@ -33,7 +33,9 @@ def cluster(broker_factory, zookeeper, tmp_path: Path):  # type: ignore[no-untyp
     """Three brokers (file logs, so a restarted one keeps its log) and a way to restart."""
     common = {
         "zookeeper.connect": zookeeper,
-        "zookeeper.session.timeout.ms": "4000",
+        # Long enough that a busy CI machine does not expire a session mid-test (these
+        # brokers stop cleanly; the kill -9 test below has its own, shorter, timeout).
+        "zookeeper.session.timeout.ms": "10000",
         "kplane.log.storage": "file",
         "replica.fetch.wait.max.ms": "100",
         "replica.fetch.backoff.ms": "100",
@@ -368,6 +370,15 @@ def test_kill_9_of_the_leader_under_an_idempotent_producer(
     procs = {i: serve(i) for i in range(3)}
     bootstrap = ",".join(f"127.0.0.1:{ports[i]}" for i in range(3))
     admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def broker_count() -> int:
+        try:
+            return len(admin.list_topics(timeout=5).brokers)
+        except KafkaException:
+            return 0
+
+    # A listening port is not a registered broker yet: wait for all three in Metadata.
+    wait_value(lambda: broker_count() == 3, timeout=30)
     admin.create_topics([NewTopic("killed", 1, 3, config={"min.insync.replicas": "2"})])[
         "killed"
     ].result(30)
