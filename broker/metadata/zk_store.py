@@ -273,6 +273,8 @@ class _Watch:
         if fire:
             try:
                 self._watcher(self.path)
+            except StoreError as exc:  # ZooKeeper went away (a session closing at shutdown)
+                log.warning("zookeeper watcher failed", path=self.path, reason=repr(exc))
             except Exception:
                 log.exception("zookeeper watcher failed", path=self.path)
 
