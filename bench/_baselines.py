@@ -20,6 +20,7 @@ after a grace period).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import importlib
 import importlib.util
 import logging
@@ -520,3 +521,13 @@ def machine() -> dict[str, Any]:
         "librdkafka": confluent_kafka.libversion()[0],
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def event_time(event: dict[str, Any]) -> float | None:
+    """A JSON log event's timestamp (ISO 8601, UTC) as seconds since the epoch."""
+    raw = event.get("timestamp")
+    if not isinstance(raw, str):
+        return None
+    with contextlib.suppress(ValueError):
+        return datetime.datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+    return None

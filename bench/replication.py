@@ -91,7 +91,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from _baselines import LOOPBACK, REPO_ROOT, free_port, machine, read_proc_status
+from _baselines import LOOPBACK, REPO_ROOT, event_time, free_port, machine, read_proc_status
 
 from broker.config.definitions import CONFIGS
 from tools.cluster import broker_overrides, listener_ports
@@ -121,16 +121,6 @@ class BenchFailed(RuntimeError):
 
 class BrokerDied(BenchFailed):
     """A broker the bench did not stop exited: the phases after it do not run."""
-
-
-def _ts(event: dict[str, Any]) -> float | None:
-    """A log event's timestamp (ISO 8601) as seconds since the epoch."""
-    raw = event.get("timestamp")
-    if not isinstance(raw, str):
-        return None
-    with contextlib.suppress(ValueError):
-        return _dt.datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
-    return None
 
 
 def _mb_s(nbytes: int, seconds: float | None) -> float | None:
@@ -203,7 +193,7 @@ class Node:
         (by the log's wall-clock timestamp)."""
         for e in self.events():
             if e.get("event") == name and all(e.get(k) == v for k, v in match.items()):
-                t = _ts(e)
+                t = event_time(e)
                 return round(t - self.spawned_wall, 3) if t is not None else None
         return None
 
@@ -568,7 +558,7 @@ def isr_shrinks(cluster: Cluster, leader: int, topic: str, since_wall: float) ->
         if (
             e.get("event") == "isr changed"
             and e.get("partition") == f"{topic}-0"
-            and (t := _ts(e)) is not None
+            and (t := event_time(e)) is not None
             and t >= since_wall
             and len(e.get("new_isr") or []) < len(e.get("old_isr") or [])
         ):
@@ -728,7 +718,7 @@ def phase_catchup(cluster: Cluster, roles: dict[str, int], run: str, out: dict[s
             e.get("event") == "isr changed"
             and e.get("partition") == f"{topic}-0"
             and f in (e.get("new_isr") or [])
-            and (t := _ts(e)) is not None
+            and (t := event_time(e)) is not None
             and t > follower.spawned_wall
         ):
             changed = round(t - follower.spawned_wall, 3)

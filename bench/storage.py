@@ -47,7 +47,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from _baselines import LOOPBACK, REPO_ROOT, free_port, machine, read_proc_status
+from _baselines import LOOPBACK, REPO_ROOT, event_time, free_port, machine, read_proc_status
 
 from tools.serve_process import ServeFailed, ServeProcess, json_events, spawn_serve
 
@@ -103,16 +103,6 @@ def api_versions(port: int, timeout: float, correlation_id: int = 1) -> int:
 
 
 # -- one broker child ------------------------------------------------------------------------
-
-
-def _ts(event: dict[str, Any]) -> float | None:
-    """An event's timestamp (ISO 8601, UTC) as seconds since the epoch."""
-    raw = event.get("timestamp")
-    if not isinstance(raw, str):
-        return None
-    with contextlib.suppress(ValueError):
-        return _dt.datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
-    return None
 
 
 class Broker:
@@ -201,7 +191,7 @@ class Broker:
         if len(picked) > 20:
             out["log_lines_left_off"] = len(picked) - 20
         started = next((e for e in events if e.get("event") == "started"), None)
-        if started is not None and (t := _ts(started)) is not None:
+        if started is not None and (t := event_time(started)) is not None:
             out["started_logged_s"] = round(t - self.spawned_wall, 3)
         out["events"] = dict(Counter(str(e.get("event")) for e in events))
         bad = [e for e in events if e.get("level") in ("error", "critical")]
