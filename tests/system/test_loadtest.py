@@ -42,6 +42,27 @@ def requests_of(out: Path) -> list[dict]:
     return table.to_pylist()
 
 
+def run_report(out: Path, report_dir: Path) -> list[dict[str, str]]:
+    """``kplane report`` of the results in ``out`` into ``report_dir`` (real Spark, local
+    mode): every file written, the plots PNGs; returns the rows of its latency.csv."""
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "tools.cli", "report", str(out),
+            "--out", str(report_dir), "--master", "local[2]",
+        ],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    written = {Path(line).name for line in done.stdout.split()}
+    assert {
+        "report.md", "report.html", "latency.csv",
+        "latency_cdf.png", "latency_over_time.png", "queue_size.png", "throughput.png",
+    } <= written  # fmt: skip
+    for png in report_dir.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return list(csv.DictReader((report_dir / "latency.csv").open()))
+
+
 def run_loadtest(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
     """Run ``kplane loadtest`` in this process; its summary (stdout holds nothing else)."""
     code = loadtest.main(argv)
@@ -109,22 +130,7 @@ def test_three_scenarios_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixt
 
     # The Spark report of the same results, through the CLI (real Spark, local mode).
     report_dir = tmp_path / "report"
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "tools.cli", "report", str(out),
-            "--out", str(report_dir), "--master", "local[2]",
-        ],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    written = {Path(line).name for line in done.stdout.split()}
-    assert {
-        "report.md", "report.html", "latency.csv",
-        "latency_cdf.png", "latency_over_time.png", "queue_size.png", "throughput.png",
-    } <= written  # fmt: skip
-    for png in report_dir.glob("*.png"):
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    table = list(csv.DictReader((report_dir / "latency.csv").open()))
+    table = run_report(out, report_dir)
     got = {(r["scenario"], r["plane"], r["api"]) for r in table}
     expected = {(s, "control", a) for s in ("idle", "shared", "separated") for a in CONTROL_APIS}
     assert expected | {("shared", "data", "Produce"), ("separated", "data", "Produce")} == got

@@ -8,18 +8,21 @@ files' shape, never on latency values.
 
 from __future__ import annotations
 
-import csv
 import json
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from testing.plugin import require_zookeeper
-from tests.system.test_loadtest import REQUEST_SCHEMA, SAMPLE_SCHEMA, requests_of, run_loadtest
+from tests.system.test_loadtest import (
+    REQUEST_SCHEMA,
+    SAMPLE_SCHEMA,
+    requests_of,
+    run_loadtest,
+    run_report,
+)
 from tools.loadtest.metrics import split_metric
 from tools.serve_process import json_events
 
@@ -113,22 +116,7 @@ def test_cluster_scenarios_and_their_report(
 
     # The Spark report of the same results, through the CLI (real Spark, local mode).
     report_dir = tmp_path / "report"
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "tools.cli", "report", str(out),
-            "--out", str(report_dir), "--master", "local[2]",
-        ],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    written = {Path(line).name for line in done.stdout.split()}
-    assert {
-        "report.md", "report.html", "latency.csv",
-        "latency_cdf.png", "latency_over_time.png", "queue_size.png", "throughput.png",
-    } <= written  # fmt: skip
-    for png in report_dir.glob("*.png"):
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    table = list(csv.DictReader((report_dir / "latency.csv").open()))
+    table = run_report(out, report_dir)
     got = {(r["scenario"], r["plane"], r["api"]) for r in table}
     expected = {
         (s, plane, api)
