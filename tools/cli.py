@@ -1,35 +1,57 @@
-"""The ``kplane`` command: subcommands like Kafka's scripts."""
+"""The ``kplane`` command: subcommands like Kafka's scripts.
+
+Each subcommand lives in its own module with an ``add_parser(sub)`` function; only the
+module of the subcommand being run is imported, so ``kplane --help`` and a command's own
+``--help`` do not pay for the broker, the protocol schemas or Spark.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
-from tools import certs, cluster, configs, scram, serve
-from tools.loadtest import cli as loadtest_cli
-from tools.report import pipeline as report
+COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("tools.serve", "start a broker (like kafka-server-start)"),
+    "certs": ("tools.certs", "create test TLS certificates (instead of keytool)"),
+    "scram": ("tools.scram", "manage SCRAM-SHA-256/512 users through a broker"),
+    "configs": ("tools.configs", "describe and alter configs (kafka-configs.sh)"),
+    "loadtest": ("tools.loadtest.cli", "measure control-plane latency, separated vs shared"),
+    "report": ("tools.report.pipeline", "analyse `kplane loadtest` results with Spark"),
+    "cluster": ("tools.cluster", "start or stop a local ZooKeeper-backed cluster"),
+}
+"""Subcommand name -> (module with ``add_parser``, one-line help for ``kplane --help``)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand."""
+def _wanted_command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line, if it is one of ours."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The argument parser: the full parser of the subcommand ``argv`` names, a one-line
+    entry for every other one."""
     parser = argparse.ArgumentParser(
         prog="kplane", description="kplane: a Kafka-wire-compatible broker"
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve.add_parser(sub)
-    certs.add_parser(sub)
-    scram.add_parser(sub)
-    configs.add_parser(sub)
-    loadtest_cli.add_parser(sub)
-    report.add_parser(sub)
-    cluster.add_parser(sub)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    wanted = _wanted_command(argv)
+    for name, (module, help_text) in COMMANDS.items():
+        if name == wanted:
+            importlib.import_module(module).add_parser(sub)
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kplane`` script."""
-    args = build_parser().parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(args_list).parse_args(args_list)
     return int(args.func(args))
 
 
