@@ -62,6 +62,7 @@ from broker.server.kafka_apis import KafkaApis
 from broker.server.leader_epoch_apis import OffsetForLeaderEpochApis
 from broker.server.lifecycle import Lifecycle
 from broker.server.metadata_apis import MetadataApis
+from broker.server.own_principal import check_can_reach_itself
 from broker.server.process_tuning import set_switch_interval, settle_heap
 from broker.server.produce_apis import ProduceApis, ProducerIdManager
 from broker.server.replica_fetcher import ReplicaFetcherManager
@@ -390,6 +391,7 @@ class KafkaServer:
         assert self.socket_server is not None
         if self.authorizer is not None:
             self.authorizer.startup()
+            check_can_reach_itself(self.config, self.tls, self.authorizer)
         self.registrar.register()
         self.lifecycle.on_shutdown("drain", self._drain)
         self.lifecycle.on_shutdown("complete delayed fetches", self.fetch_purgatory.complete_all)
