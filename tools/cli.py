@@ -51,8 +51,11 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kplane`` script."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(args_list).parse_args(args_list)
-    return int(args.func(args))
+    try:
+        args = build_parser(args_list).parse_args(args_list)
+        return int(args.func(args))
+    except KeyboardInterrupt:  # Ctrl-C before a command installed its own handling: quiet
+        return 130
 
 
 if __name__ == "__main__":

@@ -95,8 +95,17 @@ def listener_ports(events: list[dict[str, Any]]) -> dict[str, int]:
     return {e["listener"]: e["port"] for e in events if e.get("event") == "listener bound"}
 
 
+def _progress(message: str) -> None:
+    print(f"kplane cluster up: {message}", file=sys.stderr, flush=True)
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run_up(args: argparse.Namespace) -> int:
-    """Start ZooKeeper and the brokers; print the bootstrap servers. 0 on success."""
+    """Start ZooKeeper and the brokers, saying what it does; print the bootstrap servers.
+    0 on success. On a failure, SIGINT or SIGTERM it stops what it started, then says why."""
     reason = unavailable_reason()
     if reason is not None:
         print(f"kplane cluster up: {reason}", file=sys.stderr)
@@ -109,15 +118,16 @@ def run_up(args: argparse.Namespace) -> int:
         )
         return 1
     directory.mkdir(parents=True, exist_ok=True)
-    zookeeper = ZooKeeperServer(directory / "zookeeper").start()
-    state: dict[str, Any] = {
-        "zookeeper": {
+    zookeeper = ZooKeeperServer(directory / "zookeeper")
+    state: dict[str, Any] = {"zookeeper": {}, "brokers": {}}
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        _progress(f"starting ZooKeeper (log: {zookeeper.log_path})")
+        zookeeper.start()
+        state["zookeeper"] = {
             "pid": zookeeper.process.pid if zookeeper.process else None,
             "connect": zookeeper.connect,
-        },
-        "brokers": {},
-    }
-    try:
+        }
         for broker_id in range(args.brokers):
             overrides = broker_overrides(
                 broker_id, args.base_port, zookeeper.connect, directory / f"broker-{broker_id}"
@@ -128,18 +138,34 @@ def run_up(args: argparse.Namespace) -> int:
             ]
             serve = start_broker(broker_id, directory, overrides)
             entry = {"pid": serve.process.pid, "overrides": overrides, "log": str(serve.log_path)}
-            state["brokers"][str(broker_id)] = entry  # recorded first: down stops it on failure
+            state["brokers"][str(broker_id)] = entry  # recorded first: stopped on failure
+            _progress(f"starting broker {broker_id} (log: {serve.log_path})")
             entry["ports"] = listener_ports(serve.wait_started(STARTUP_TIMEOUT_S))
+    except KeyboardInterrupt:
+        _progress("interrupted; stopping what was started")
+        _stop_all(state, zookeeper)
+        return 130
     except (RuntimeError, OSError) as exc:
+        _stop_all(state, zookeeper)
         print(f"kplane cluster up: {exc}", file=sys.stderr)
-        _write_state(directory, state)
-        run_down(argparse.Namespace(dir=directory))
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     _write_state(directory, state)
     bootstrap = ",".join(f"127.0.0.1:{b['ports']['CLIENT']}" for b in state["brokers"].values())
     print(f"ZooKeeper: {zookeeper.connect}/kplane")
     print(f"bootstrap.servers={bootstrap}")
     return 0
+
+
+def _stop_all(state: dict[str, Any], zookeeper: ZooKeeperServer) -> None:
+    """Stop the brokers recorded in ``state``, then ZooKeeper; a further SIGINT waits."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _stop_brokers(state)
+        zookeeper.stop()
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _write_state(directory: Path, state: dict[str, Any]) -> None:
@@ -162,6 +188,11 @@ def _stop(pid: int, timeout: float = 15.0) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+def _stop_brokers(state: dict[str, Any]) -> None:
+    for broker in state.get("brokers", {}).values():
+        _stop(int(broker["pid"]))
+
+
 def run_down(args: argparse.Namespace) -> int:
     """Stop what ``up`` recorded in ``DIR/cluster.json``: brokers first, then ZooKeeper."""
     path = args.dir.resolve() / STATE_FILE
@@ -169,8 +200,7 @@ def run_down(args: argparse.Namespace) -> int:
         print(f"kplane cluster down: no cluster recorded in {args.dir}", file=sys.stderr)
         return 1
     state = json.loads(path.read_text())
-    for broker in state.get("brokers", {}).values():
-        _stop(int(broker["pid"]))
+    _stop_brokers(state)
     pid = state.get("zookeeper", {}).get("pid")
     if pid:
         _stop(int(pid))

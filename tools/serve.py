@@ -18,6 +18,10 @@ from broker.server.kafka_server import KafkaServer
 log = structlog.get_logger(__name__)
 
 
+class StartupInterrupted(Exception):
+    """SIGTERM or SIGINT arrived while the broker was starting."""
+
+
 def add_parser(sub: Any) -> None:
     """Register the ``serve`` subcommand."""
     parser = sub.add_parser("serve", help="start a broker (like kafka-server-start)")
@@ -45,15 +49,24 @@ def run(args: argparse.Namespace) -> int:
         return 1
     server = KafkaServer(config)
     stop = threading.Event()
+    starting = True
 
     def on_signal(signum: int, _frame: object) -> None:
+        nonlocal starting
         log.info("shutting down", signal=signal.Signals(signum).name)
         stop.set()
+        if starting:  # start-up is cut short, and what it started is stopped
+            starting = False
+            raise StartupInterrupted
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
         server.startup()
+        starting = False
+    except StartupInterrupted:
+        server.shutdown()  # a no-op unless the signal came just after start-up returned
+        return 0
     except ConfigException as exc:
         log.error("invalid configuration", error=str(exc))
         return 1

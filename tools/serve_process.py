@@ -78,9 +78,23 @@ class ServeProcess:
         text = self.log_text()
         errors = [e for e in json_events(text) if e.get("level") in ("error", "critical")]
         if errors:
-            return json.dumps(errors[-1])
+            return _one_line(errors[-1])
         lines = [line for line in text.splitlines() if line.strip()]
         return f"{lines[-1].strip() if lines else 'no output'} (log: {self.log_path})"
+
+
+_ENVELOPE = ("event", "level", "timestamp", "logger")
+
+
+def _one_line(event: dict[str, Any]) -> str:
+    """``event: error, key=value ...`` of a JSON log event."""
+    details = [
+        str(value) if key == "error" else f"{key}={value}"
+        for key, value in event.items()
+        if key not in _ENVELOPE
+    ]
+    name = str(event.get("event"))
+    return f"{name}: {', '.join(details)}" if details else name
 
 
 def spawn_serve(
