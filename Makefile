@@ -12,10 +12,12 @@ CONFIG ?= configs/server.properties
 setup: $(STAMP) apt
 
 $(STAMP): pyproject.toml
+	@echo "setup: Python packages into $(VENV) (kplane with its dev and report extras; a minute or two the first time)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,report]'
 	touch $(STAMP)
+	@echo "setup: Python packages ready; put kplane on PATH with: source $(VENV)/bin/activate"
 
 # Debian packages the tests drive, installed only when missing; Java 17 (for Spark in
 # `kplane report`) only when no java is on PATH.
@@ -23,7 +25,7 @@ apt:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	command -v java >/dev/null 2>&1 || missing="$$missing $(JAVA_PACKAGE)"; \
 	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages:$$missing"; \
+	  echo "setup: installing Debian packages:$$missing (apt-get; a minute or two)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	fi

@@ -5,6 +5,8 @@ a failure to reach it becomes one line on stderr."""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 
@@ -52,6 +54,37 @@ def client_config(args: argparse.Namespace) -> ClientConfig:
     return ClientConfig.from_properties(client_properties(args))
 
 
+WAIT_NOTICE_S = 2.0
+"""How long a command waits for the bootstrap servers before saying that it is waiting."""
+
+
+async def start_client(tool: str, client: KafkaClient, config: ClientConfig) -> None:
+    """Start ``client`` as a command does: NoBrokersAvailable at once when no bootstrap host
+    resolves (as Kafka's clients refuse such a ``bootstrap.servers``), and one line on stderr
+    when the servers have not answered within WAIT_NOTICE_S, so a wait is never silent."""
+    loop = asyncio.get_running_loop()
+    resolved = 0
+    for host, port in config.bootstrap_servers:
+        try:
+            await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            resolved += 1
+        except OSError:
+            continue
+    if not resolved:
+        names = ",".join(f"{host}:{port}" for host, port in config.bootstrap_servers)
+        raise NoBrokersAvailable(f"no resolvable bootstrap address in {names}")
+    starting = asyncio.ensure_future(client.start())
+    done, _ = await asyncio.wait({starting}, timeout=WAIT_NOTICE_S)
+    if not done:
+        print(
+            f"{tool}: no answer from the bootstrap servers yet; still trying for up to "
+            f"{config.request_timeout_ms / 1000:.0f} s (request.timeout.ms)",
+            file=sys.stderr,
+            flush=True,
+        )
+    await starting
+
+
 async def with_admin(
     tool: str, config: ClientConfig, bootstrap: str, body: Callable[[Admin], Awaitable[int]]
 ) -> int:
@@ -59,7 +92,7 @@ async def with_admin(
     refuses the credentials or lacks the API is one line on stderr and exit code 1."""
     client = KafkaClient(config)
     try:
-        await client.start()
+        await start_client(tool, client, config)
         return await body(Admin(client))
     except (UnsupportedApi, NoBrokersAvailable, AuthenticationError) as exc:
         print(f"{tool}: {exc}", file=sys.stderr)
