@@ -66,7 +66,8 @@ keeps it: the brokers' JSON logs ``broker-<id>.log``, their log dirs and ZooKeep
 Exit status 1 when a phase failed or an acknowledged record was lost, 130 when interrupted.
 
     .venv/bin/python bench/replication.py [--quick] [--repeat N] [--records N]
-        [--catchup-bytes N] [--session-timeout-ms MS] [--phases throughput,catchup,failover]
+        [--catchup-bytes N] [--catchup-throttle-mb-s R] [--session-timeout-ms MS]
+        [--phases throughput,catchup,catchup_throttled,failover]
         [--keep] [--out F]
 """
 
@@ -103,7 +104,7 @@ RECORD_BYTES = 1024
 BATCH_BYTES = 1_048_576
 MIB = 1 << 20
 BROKERS = 3
-PHASES = ("throughput", "catchup", "failover")
+PHASES = ("throughput", "catchup", "catchup_throttled", "failover")
 POLL_S = 0.05  # Metadata polling interval of the catch-up and the failover
 MIN_ISR_2 = {"min.insync.replicas": "2"}
 # What the JSON keeps of every broker's log at the end (all of it after a failed phase).
@@ -642,7 +643,39 @@ def phase_throughput(
     }
 
 
-def phase_catchup(cluster: Cluster, roles: dict[str, int], run: str, out: dict[str, Any]) -> None:
+def phase_catchup_throttled(
+    cluster: Cluster, roles: dict[str, int], run: str, out: dict[str, Any]
+) -> None:
+    """The catch-up with ``leader.replication.throttled.rate`` and
+    ``follower.replication.throttled.rate`` (cluster-wide dynamic defaults) and the topic's
+    throttled replicas ``*``: the follower catches up at about the throttle."""
+    rate = int(cluster.args.catchup_throttle_mb_s * 1e6)
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    entries = [
+        ConfigEntry(name, str(rate), incremental_operation=AlterConfigOpType.SET)
+        for name in ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+    ]
+    resource = ConfigResource(ConfigResource.Type.BROKER, "", incremental_configs=entries)
+    for fut in cluster.admin().incremental_alter_configs([resource]).values():
+        fut.result(timeout=30)
+    out["throttle_bytes_per_s"] = rate
+    throttled = {
+        "leader.replication.throttled.replicas": "*",
+        "follower.replication.throttled.replicas": "*",
+    }
+    phase_catchup(cluster, roles, f"{run}-throttled", out, throttled)
+    if out.get("log_mb_per_s") is not None:
+        out["log_rate_over_throttle"] = round(out["log_mb_per_s"] * 1e6 / rate, 3)
+
+
+def phase_catchup(
+    cluster: Cluster,
+    roles: dict[str, int],
+    run: str,
+    out: dict[str, Any],
+    topic_configs: dict[str, str] | None = None,
+) -> None:
     args = cluster.args
     leader, f, g = roles["L"], roles["F"], roles["G"]
     topic = f"catchup-{run}"
@@ -654,9 +687,12 @@ def phase_catchup(cluster: Cluster, roles: dict[str, int], run: str, out: dict[s
             "replicas": [leader, f, g],
             "stopped_follower": f,
             "acks": "1",
+            "topic_configs": topic_configs or {},
         }
     )
-    out["create_topic_s"] = cluster.create_topic(topic, [leader, f, g], **MIN_ISR_2)
+    out["create_topic_s"] = cluster.create_topic(
+        topic, [leader, f, g], **MIN_ISR_2, **(topic_configs or {})
+    )
     _progress(f"catchup: SIGTERM to broker {f}")
     out["follower_stop"] = follower.sigterm()
     out["isr_shrunk_s"] = cluster.wait_partition(
@@ -1005,6 +1041,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--catchup-bytes", type=int, default=None, help="default 256 MiB; quick 32 MiB")
     ap.add_argument(
+        "--catchup-throttle-mb-s",
+        type=float,
+        default=20.0,
+        help="replication throttle of the catchup_throttled phase, MB/s (default 20)",
+    )
+    ap.add_argument(
         "--session-timeout-ms",
         type=int,
         default=6000,
@@ -1076,6 +1118,7 @@ def main(argv: list[str] | None = None) -> int:
             "records_per_run": args.records,
             "record_bytes": RECORD_BYTES,
             "catchup_bytes": args.catchup_bytes,
+            "catchup_throttle_mb_s": args.catchup_throttle_mb_s,
             "failover_rate": args.failover_rate,
             "failover_before_s": args.failover_before_s,
             "failover_after_s": args.failover_after_s,
@@ -1109,7 +1152,12 @@ def main(argv: list[str] | None = None) -> int:
     # The children run ``python -m tools.cli``, which imports from its working directory
     # first: from the temporary directory they import what this process imports.
     os.chdir(work)
-    phases = {"throughput": phase_throughput, "catchup": phase_catchup, "failover": phase_failover}
+    phases = {
+        "throughput": phase_throughput,
+        "catchup": phase_catchup,
+        "catchup_throttled": phase_catchup_throttled,
+        "failover": phase_failover,
+    }
     clusters: list[Cluster] = []
     result["clusters"] = []
     try:

@@ -541,6 +541,8 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("replica.socket.timeout.ms", T.INT, 30000,
               "Request timeout of a follower's fetches (plus replica.fetch.wait.max.ms).",
               H, RO),
+    ConfigDef("replica.socket.receive.buffer.bytes", T.INT, 65536,
+              "SO_RCVBUF of a follower's fetch connections; -1 keeps the OS default.", L, RO),
     ConfigDef("fetch.max.bytes", T.INT, 57671680,
               "Largest total size of one Fetch response.", M, RO, at_least(1024)),
     # Group coordinator and offsets

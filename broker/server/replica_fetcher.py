@@ -54,6 +54,7 @@ class FetcherConfig:
     max_wait_ms: int = 500
     backoff_ms: int = 1000
     socket_timeout_ms: int = 30_000
+    socket_receive_buffer_bytes: int = 65_536
 
     @classmethod
     def from_config(cls, config: KafkaConfig) -> FetcherConfig:
@@ -64,6 +65,7 @@ class FetcherConfig:
             config.get_int("replica.fetch.wait.max.ms"),
             config.get_int("replica.fetch.backoff.ms"),
             config.get_int("replica.socket.timeout.ms"),
+            config.get_int("replica.socket.receive.buffer.bytes"),
         )
 
 
@@ -215,6 +217,7 @@ class ReplicaFetcherThread:
             manager.config.socket_timeout_ms,
             ssl_context=client_ssl_context(config) if config.uses_ssl else None,
             sasl=config.sasl_credentials() if config.uses_sasl else None,
+            receive_buffer_bytes=manager.config.socket_receive_buffer_bytes,
         )
         await connection.connect(config.request_timeout_ms / 1000.0)
         self._connection = connection

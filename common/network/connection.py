@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 import ssl
 import struct
 from collections.abc import Callable
@@ -49,6 +50,7 @@ class BrokerConnection:
         *,
         ssl_context: ssl.SSLContext | None = None,
         sasl: SaslCredentials | None = None,
+        receive_buffer_bytes: int = -1,
     ) -> None:
         self.host = host
         self.port = port
@@ -56,6 +58,7 @@ class BrokerConnection:
         self.request_timeout = request_timeout_ms / 1000.0
         self.ssl_context = ssl_context
         self.sasl = sasl
+        self.receive_buffer_bytes = receive_buffer_bytes
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
@@ -82,7 +85,9 @@ class BrokerConnection:
         try:
             self._reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(
-                    self.host, self.port, ssl=self.ssl_context, server_hostname=server_hostname
+                    ssl=self.ssl_context,
+                    server_hostname=server_hostname,
+                    sock=await self._socket(),
                 ),
                 timeout,
             )
@@ -96,6 +101,30 @@ class BrokerConnection:
         await self._negotiate()
         if self.sasl is not None:
             await authenticate(self, self.sasl)
+
+    async def _socket(self) -> socket.socket:
+        """A TCP socket connected to ``host:port`` (each resolved address in turn), with
+        SO_RCVBUF set before the connect, so TCP window scaling sees it, when
+        ``receive_buffer_bytes`` > 0."""
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        failure: OSError | None = None
+        for family, kind, proto, _, address in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                if self.receive_buffer_bytes > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
+                await loop.sock_connect(sock, address)
+                return sock
+            except OSError as exc:
+                sock.close()
+                failure = exc
+            except BaseException:
+                sock.close()
+                raise
+        assert failure is not None  # getaddrinfo answers at least one address or raises
+        raise failure
 
     async def _negotiate(self) -> None:
         """ApiVersions v3; a broker that does not know v3 answers v0 with error 35."""

@@ -4,6 +4,7 @@ waits for the ISR, and a leader's death loses no acknowledged record."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,9 @@ def _wait(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "cond
     return value
 
 
+RECEIVE_BUFFER = 200_000
+
+
 @pytest.fixture
 def cluster(broker_factory, zookeeper, tmp_path: Path):  # type: ignore[no-untyped-def]
     """Three brokers (file logs, so a restarted one keeps its log) and a way to restart."""
@@ -43,6 +47,7 @@ def cluster(broker_factory, zookeeper, tmp_path: Path):  # type: ignore[no-untyp
         "default.replication.factor": "3",
         # Small fetches: answers end inside a batch, as they do at the 1 MiB default.
         "replica.fetch.max.bytes": "30000",
+        "replica.socket.receive.buffer.bytes": str(RECEIVE_BUFFER),
     }
 
     def start(broker_id: int) -> RunningBroker:
@@ -116,6 +121,18 @@ def test_every_replica_joins_the_isr_and_holds_the_records(cluster) -> None:  # 
         ),
         what="every replica at offset 200",
     )
+    # replica.socket.receive.buffer.bytes is the fetch connections' SO_RCVBUF (Linux
+    # reports twice what was set, capped by net.core.rmem_max)
+    rmem_max = int(Path("/proc/sys/net/core/rmem_max").read_text())
+    buffers = {
+        thread._connection._writer.get_extra_info("socket").getsockopt(
+            socket.SOL_SOCKET, socket.SO_RCVBUF
+        )
+        for b in brokers.values()
+        for thread in b.server.replica_fetchers._threads.values()
+        if thread._connection is not None and thread._connection._writer is not None
+    }
+    assert buffers == {2 * min(RECEIVE_BUFFER, rmem_max)}
 
 
 def test_a_follower_far_behind_catches_up_through_partial_fetches(cluster) -> None:  # type: ignore[no-untyped-def]
