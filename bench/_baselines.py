@@ -531,3 +531,53 @@ def event_time(event: dict[str, Any]) -> float | None:
     with contextlib.suppress(ValueError):
         return datetime.datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
     return None
+
+
+class Throttled:
+    """Calls ``check`` at most every ``interval_s`` seconds: a liveness check for hot loops."""
+
+    def __init__(self, check: Any, interval_s: float = 0.25) -> None:
+        self.check = check
+        self.interval_s = interval_s
+        self._next = 0.0
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.interval_s
+            self.check()
+
+
+def produce_paced(
+    producer: Any,
+    topic: str,
+    payload: bytes,
+    count: int,
+    deadline: float,
+    tick: Any,
+) -> tuple[int, bool]:
+    """Send ``count`` copies of ``payload`` to partition 0 of ``topic`` as fast as the
+    producer takes them, in chunks of 1,024, serving delivery reports while its queue is
+    full and calling ``tick()`` (a liveness check) between chunks; stops early at
+    ``deadline`` (``time.perf_counter``). Returns (records sent, stopped by the deadline)."""
+    produce = producer.produce
+    poll = producer.poll
+    clock = time.perf_counter
+    sent = 0
+    while sent < count:
+        chunk = min(count - sent, 1024)
+        for _ in range(chunk):
+            while True:
+                try:
+                    produce(topic, payload, partition=0)
+                    break
+                except BufferError:  # queue full: serve delivery reports
+                    poll(0.005)
+                    tick()
+        sent += chunk
+        poll(0)
+        if clock() > deadline:
+            return sent, True
+        tick()
+    return sent, False
+

@@ -74,6 +74,8 @@ from _baselines import (
     TansuTarget,
     Target,
     TargetError,
+    Throttled,
+    produce_paced,
 )
 
 ALL_TARGETS = ("kplane", "kplane-memory", "kplane-tls", "mock", "tansu")
@@ -115,7 +117,7 @@ class Bench:
         self.args = args
         self.target = target
         self.errors = ClientErrors(target.name)
-        self._next_alive_check = 0.0
+        self.tick = Throttled(self.check_alive)
         run = uuid.uuid4().hex[:8]
         self.topics = {
             "warmup": f"bench-warmup-{run}",
@@ -148,13 +150,6 @@ class Bench:
     def check_alive(self) -> None:
         if not self.target.alive():
             raise PhaseFailed(f"{self.target.name} process is no longer running")
-
-    def tick(self) -> None:
-        """check_alive() at most every 0.25 s (for hot loops)."""
-        now = time.monotonic()
-        if now >= self._next_alive_check:
-            self._next_alive_check = now + 0.25
-            self.check_alive()
 
     def flush(self, producer: Any, timeout: float) -> int:
         """producer.flush() in short steps, giving up early if the broker died."""
@@ -292,31 +287,10 @@ class Bench:
             self.warmup(p)
             ok[0] = 0
             topic = self.topics[topic_key]
-            produce = p.produce
-            poll = p.poll
-            clock = time.perf_counter
-            start = clock()
-            deadline = start + max_s
-            sent = 0
-            capped = False
-            while sent < count:
-                chunk = min(count - sent, 1024)
-                for _ in range(chunk):
-                    while True:
-                        try:
-                            produce(topic, payload, partition=0)
-                            break
-                        except BufferError:  # queue full: serve delivery reports
-                            poll(0.005)
-                            self.tick()
-                sent += chunk
-                poll(0)
-                if clock() > deadline:
-                    capped = True
-                    break
-                self.tick()
+            start = time.perf_counter()
+            sent, capped = produce_paced(p, topic, payload, count, start + max_s, self.tick)
             left = self.flush(p, self.args.flush_timeout)
-            end = clock()
+            end = time.perf_counter()
         finally:
             _discard(p, left)
         del p
