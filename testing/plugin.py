@@ -1,4 +1,12 @@
-"""pytest plugin: real brokers on loopback ports, in-process or as a ``kplane serve`` process."""
+"""kplane's pytest plugin: real brokers on loopback ports for client tests.
+
+Registered through the ``pytest11`` entry point, so installing kplane gives these fixtures
+with no conftest: ``kafka_broker`` (an in-process broker), ``kafka_broker_factory``,
+``kafka_cluster`` (brokers on a real ZooKeeper), ``kafka_broker_process`` (a ``kplane serve``
+child), and ``zookeeper``. kplane's own suite uses the same fixtures under their short
+names (``broker``, ``broker_factory``, ``broker_process``). Loading the plugin imports
+neither the broker nor any client library: fixtures import what they start.
+"""
 
 from __future__ import annotations
 
@@ -12,24 +20,15 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from kio.schema.create_topics.v7.request import (
-    CreatableTopic,
-    CreatableTopicConfig,
-    CreateTopicsRequest,
-)
-from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.types import TopicName
-from kio.static.primitive import i16, i32
 
-from broker.config.kafka_config import KafkaConfig
-from broker.logging_setup import configure_logging
-from broker.server.kafka_server import KafkaServer
-from protocol.errors import ErrorCode
-from testing.wire import WireClient
-from tools.zookeeper import ZooKeeperServer, unavailable_reason
+if TYPE_CHECKING:
+    from broker.config.kafka_config import KafkaConfig
+    from broker.server.kafka_server import KafkaServer
+    from testing.wire import WireClient
+    from tools.zookeeper import ZooKeeperServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,18 +62,32 @@ class RunningBroker:
         host, port = self.address(listener)
         return f"{host}:{port}"
 
+    @property
+    def bootstrap_servers(self) -> str:
+        """``bootstrap.servers`` of the first listener."""
+        return self.bootstrap()
+
+    @property
+    def broker_id(self) -> int:
+        return self.server.broker_id
+
     def stop(self) -> None:
         """Shut the broker down (idempotent)."""
         self.server.shutdown()
 
     def wire(self, listener: str | None = None) -> WireClient:
         """A raw wire connection to ``listener``."""
+        from testing.wire import WireClient
+
         return WireClient(*self.address(listener))
 
     def topic_metadata(
         self, topic: str, allow_auto: bool = False, listener: str | None = None
     ) -> Any:
         """The MetadataResponseTopic of ``topic`` (Metadata v12 on the wire)."""
+        from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+        from kio.schema.types import TopicName
+
         with self.wire(listener) as client:
             response = client.request(
                 MetadataRequest(
@@ -88,6 +101,8 @@ class RunningBroker:
 
     def wait_for_partitions(self, topic: str, count: int, timeout: float = 30.0) -> Any:
         """Wait until Metadata shows ``topic`` with ``count`` partitions, each led."""
+        from protocol.errors import ErrorCode
+
         deadline = time.monotonic() + timeout
         while True:
             found = self.topic_metadata(topic)
@@ -106,6 +121,16 @@ class RunningBroker:
         self, topic: str, partitions: int = 1, config: Mapping[str, str] | None = None
     ) -> None:
         """Create ``topic`` with CreateTopics over the wire and wait until it is led."""
+        from kio.schema.create_topics.v7.request import (
+            CreatableTopic,
+            CreatableTopicConfig,
+            CreateTopicsRequest,
+        )
+        from kio.schema.types import TopicName
+        from kio.static.primitive import i16, i32
+
+        from protocol.errors import ErrorCode
+
         request = CreateTopicsRequest(
             topics=(
                 CreatableTopic(
@@ -137,6 +162,11 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``bootstrap.servers`` of its PLAINTEXT listener."""
+        return self.bootstrap
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -176,16 +206,27 @@ def wait_for_port(host: str, port: int, timeout: float = 30.0) -> None:
     raise TimeoutError(f"{host}:{port} did not accept connections within {timeout}s")
 
 
+def _config_keys(configs: Mapping[str, str]) -> dict[str, str]:
+    """Keyword configs as Kafka spells them: ``num_partitions`` -> ``num.partitions``."""
+    return {key.replace("_", "."): str(value) for key, value in configs.items()}
+
+
 @pytest.fixture
 def broker_factory(tmp_path: Path) -> Iterator[Callable[..., RunningBroker]]:
-    """Start in-process brokers with test defaults plus overrides; all stop at teardown."""
+    """Start in-process brokers with test defaults plus overrides (a mapping of Kafka's
+    keys, and/or keywords with ``_`` for ``.``); all stop at teardown."""
+    from broker.config.kafka_config import KafkaConfig
+    from broker.logging_setup import configure_logging
+    from broker.server.kafka_server import KafkaServer
+
     configure_logging(cache_loggers=False)
     started: list[RunningBroker] = []
 
-    def start(overrides: Mapping[str, str] | None = None) -> RunningBroker:
+    def start(overrides: Mapping[str, str] | None = None, **configs: str) -> RunningBroker:
         props = dict(TEST_DEFAULTS)
         props["log.dirs"] = str(tmp_path / f"broker-{len(started)}")
         props.update(overrides or {})
+        props.update(_config_keys(configs))
         config = KafkaConfig.from_properties(props)
         server = KafkaServer(config)
         server.startup()
@@ -246,6 +287,8 @@ REQUIRE_ZOOKEEPER_ENV = "KPLANE_REQUIRE_ZOOKEEPER"
 def require_zookeeper() -> None:
     """Skip when java or Debian's zookeeper jar is missing; fail instead under
     ``KPLANE_REQUIRE_ZOOKEEPER=1`` (``make test``, CI), where they must be installed."""
+    from tools.zookeeper import unavailable_reason
+
     reason = unavailable_reason()
     if reason is None:
         return
@@ -257,6 +300,8 @@ def require_zookeeper() -> None:
 @pytest.fixture(scope="session")
 def zookeeper_session_server() -> Iterator[ZooKeeperServer]:
     """One ZooKeeper for the session (per xdist worker), shared: don't stop or kill it."""
+    from tools.zookeeper import ZooKeeperServer
+
     require_zookeeper()
     with ZooKeeperServer() as server:
         yield server
@@ -272,6 +317,93 @@ def zookeeper(zookeeper_session_server: ZooKeeperServer) -> str:
 @pytest.fixture
 def zookeeper_server() -> Iterator[ZooKeeperServer]:
     """A ZooKeeper process of this test's own, to stop, kill or restart."""
+    from tools.zookeeper import ZooKeeperServer
+
     require_zookeeper()
     with ZooKeeperServer() as server:
         yield server
+
+
+# The public names ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def kafka_broker_factory(
+    broker_factory: Callable[..., RunningBroker],
+) -> Callable[..., RunningBroker]:
+    """``kafka_broker_factory(overrides=None, **configs)``: start an in-process broker on
+    ephemeral 127.0.0.1 ports with test defaults (memory log, one partition per topic, no
+    initial rebalance delay) plus the given configs, e.g. ``listeners``, security settings,
+    ``auto_create_topics_enable="false"``. Every broker stops at teardown."""
+    return broker_factory
+
+
+@pytest.fixture
+def kafka_broker(broker: RunningBroker) -> RunningBroker:
+    """An in-process broker with one PLAINTEXT listener on an ephemeral 127.0.0.1 port:
+    ``kafka_broker.bootstrap_servers`` for a client; ``.bootstrap(listener)`` per listener."""
+    return broker
+
+
+@pytest.fixture
+def kafka_broker_process(
+    broker_process: Callable[..., BrokerProcess],
+) -> Callable[..., BrokerProcess]:
+    """``kafka_broker_process(config_file="configs/server.properties", *overrides)``: a
+    ``kplane serve`` child process on a free PLAINTEXT port (``.bootstrap_servers``),
+    killed at teardown."""
+    return broker_process
+
+
+@dataclass
+class KafkaCluster:
+    """Brokers registered in one ZooKeeper chroot."""
+
+    brokers: list[RunningBroker]
+    zookeeper_connect: str
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``bootstrap.servers`` naming every broker."""
+        return ",".join(b.bootstrap_servers for b in self.brokers)
+
+    def broker(self, broker_id: int) -> RunningBroker:
+        """The broker with ``broker_id``."""
+        return next(b for b in self.brokers if b.broker_id == broker_id)
+
+
+CLUSTER_DEFAULTS: dict[str, str] = {
+    "zookeeper.session.timeout.ms": "10000",
+    "replica.fetch.wait.max.ms": "100",
+    "replica.fetch.backoff.ms": "100",
+}
+
+
+@pytest.fixture
+def kafka_cluster(
+    broker_factory: Callable[..., RunningBroker], zookeeper: str
+) -> Callable[..., KafkaCluster]:
+    """``kafka_cluster(brokers=3, overrides=None, **configs)``: in-process brokers 0..n-1 on a
+    real ZooKeeper (Debian's package; the test is skipped, with the reason, when Java or the
+    jar is missing), returned once every broker sees them all registered.
+    ``default.replication.factor`` is the number of brokers, capped at 3."""
+
+    def start(
+        brokers: int = 3, overrides: Mapping[str, str] | None = None, **configs: str
+    ) -> KafkaCluster:
+        common = {
+            **CLUSTER_DEFAULTS,
+            "zookeeper.connect": zookeeper,
+            "default.replication.factor": str(min(brokers, 3)),
+            **(overrides or {}),
+            **_config_keys(configs),
+        }
+        started = [broker_factory({**common, "broker.id": str(i)}) for i in range(brokers)]
+        deadline = time.monotonic() + 30
+        while not all(len(b.server.cache.snapshot.brokers) == brokers for b in started):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not every broker saw {brokers} registered within 30 s")
+            time.sleep(0.05)
+        return KafkaCluster(started, zookeeper)
+
+    return start
