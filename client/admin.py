@@ -22,7 +22,7 @@ from enum import IntEnum
 from typing import Any, TypeVar
 
 from client.consumer import list_offsets as _list_offsets
-from client.kafka_client import BrokerNode, KafkaClient
+from client.kafka_client import BrokerNode, KafkaClient, PartitionMetadata
 from common.acl import (
     AclBinding,
     AclBindingFilter,
@@ -59,6 +59,17 @@ class NewTopic:
     replication_factor: int = -1
     configs: Mapping[str, str] = field(default_factory=dict)
     assignments: Mapping[int, Sequence[int]] | None = None
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    """A topic as Metadata describes it: its id and partitions, or its error."""
+
+    name: str
+    topic_id: Any
+    internal: bool
+    partitions: tuple[PartitionMetadata, ...]
+    error: KafkaError | None
 
 
 @dataclass(frozen=True)
@@ -425,6 +436,104 @@ class Admin:
             )
         )
         return ClusterDescription(response.cluster_id, int(response.controller_id), brokers)
+
+    async def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        """Metadata of ``names`` (None: every topic), creating none, sorted by name."""
+        wanted = None if names is None else list(dict.fromkeys(names))
+
+        def fields(module: Any) -> dict[str, Any]:
+            topics = (
+                None
+                if wanted is None
+                else tuple(api.make(module.MetadataRequestTopic, name=n) for n in wanted)
+            )
+            return dict(
+                topics=topics,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+
+        response = await self._call(None, ApiKey.METADATA, "describe_topics", fields)
+        out = [
+            TopicDescription(
+                str(t.name),
+                getattr(t, "topic_id", None),
+                bool(t.is_internal),
+                tuple(
+                    sorted(
+                        (
+                            PartitionMetadata(
+                                int(p.partition_index),
+                                int(p.leader_id),
+                                int(p.leader_epoch),
+                                tuple(int(r) for r in p.replica_nodes),
+                                tuple(int(r) for r in p.isr_nodes),
+                                p.error_code,
+                            )
+                            for p in t.partitions
+                        ),
+                        key=lambda p: p.partition,
+                    )
+                ),
+                _error(t.error_code),
+            )
+            for t in response.topics
+        ]
+        return sorted(out, key=lambda t: t.name)
+
+    async def delete_records(
+        self, offsets: Mapping[tuple[str, int], int]
+    ) -> dict[tuple[str, int], int | KafkaError]:
+        """DeleteRecords (API 21) at each partition's leader: records before the offset
+        (-1: the high watermark) go. ``(topic, partition)`` -> the new low watermark, or
+        the partition's error."""
+        cluster = await self.client.refresh_metadata(
+            sorted({t for t, _ in offsets}), allow_auto_create=False
+        )
+        results: dict[tuple[str, int], int | KafkaError] = {}
+        by_leader: dict[int, dict[tuple[str, int], int]] = {}
+        for tp, offset in offsets.items():
+            meta = cluster.topics.get(tp[0], {}).get(tp[1])
+            if meta is None or meta.leader < 0:
+                code = cluster.topic_errors.get(tp[0], ErrorCode.unknown_topic_or_partition)
+                if code == ErrorCode.none:
+                    code = ErrorCode.unknown_topic_or_partition
+                results[tp] = KafkaError(code, f"{tp[0]}-{tp[1]}: {code.name}")
+                continue
+            by_leader.setdefault(meta.leader, {})[tp] = offset
+
+        async def send(leader: int, wanted: dict[tuple[str, int], int]) -> None:
+            topics: dict[str, list[tuple[int, int]]] = {}
+            for (topic, partition), offset in wanted.items():
+                topics.setdefault(topic, []).append((partition, offset))
+
+            def fields(module: Any) -> dict[str, Any]:
+                return dict(
+                    topics=tuple(
+                        api.make(
+                            module.DeleteRecordsTopic,
+                            name=topic,
+                            partitions=tuple(
+                                api.make(
+                                    module.DeleteRecordsPartition, partition_index=p, offset=o
+                                )
+                                for p, o in parts
+                            ),
+                        )
+                        for topic, parts in topics.items()
+                    ),
+                    timeout=self._timeout(),
+                )
+
+            response = await self._call(leader, ApiKey.DELETE_RECORDS, "delete_records", fields)
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = (str(t.name), int(p.partition_index))
+                    error = _error(p.error_code)
+                    results[tp] = error if error is not None else int(p.low_watermark)
+
+        await asyncio.gather(*(send(leader, w) for leader, w in by_leader.items()))
+        return results
 
     # offsets -------------------------------------------------------------------------
     async def list_offsets(

@@ -8,7 +8,7 @@ import argparse
 import asyncio
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from broker.config.errors import ConfigException
 from broker.config.properties import load_properties
@@ -17,6 +17,7 @@ from client.kafka_client import KafkaClient, NoBrokersAvailable
 from common.network.config import ClientConfig
 from common.network.connection import UnsupportedApi
 from common.network.security import AuthenticationError
+from protocol.errors import KafkaError
 
 
 class UsageError(Exception):
@@ -94,7 +95,7 @@ async def with_admin(
     try:
         await start_client(tool, client, config)
         return await body(Admin(client))
-    except (UnsupportedApi, NoBrokersAvailable, AuthenticationError) as exc:
+    except (UnsupportedApi, NoBrokersAvailable, AuthenticationError, KafkaError) as exc:
         print(f"{tool}: {exc}", file=sys.stderr)
         return 1
     except (TimeoutError, OSError) as exc:
@@ -102,3 +103,21 @@ async def with_admin(
         return 1
     finally:
         await client.close()
+
+
+def run_admin(
+    tool: str,
+    args: argparse.Namespace,
+    body: Callable[[Admin], Awaitable[int]],
+    extra: Mapping[str, str] | None = None,
+) -> int:
+    """A command's whole run: its client settings (``--command-config``'s, then ``extra``
+    such as a producer's or consumer's properties; a bad one is one line), then ``body``
+    with an Admin through :func:`with_admin`; the exit code."""
+    try:
+        config = ClientConfig.from_properties({**client_properties(args), **(extra or {})})
+    except (UsageError, ValueError) as exc:
+        print(f"{tool}: {exc}", file=sys.stderr)
+        return 1
+    return asyncio.run(with_admin(tool, config, args.bootstrap_server, body))
+

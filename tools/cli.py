@@ -20,6 +20,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "loadtest": ("tools.loadtest.cli", "measure control-plane latency, separated vs shared"),
     "report": ("tools.report.pipeline", "analyse `kplane loadtest` results with Spark"),
     "cluster": ("tools.cluster", "start or stop a local ZooKeeper-backed cluster"),
+    "topics": ("tools.topics", "create, list, describe, alter, delete topics (kafka-topics)"),
+    "get-offsets": ("tools.get_offsets", "offsets of partitions (kafka-get-offsets)"),
+    "delete-records": ("tools.delete_records",
+                       "delete records before offsets (kafka-delete-records)"),
+    "console-producer": ("tools.console_producer", "records from stdin (kafka-console-producer)"),
+    "console-consumer": ("tools.console_consumer", "records to stdout (kafka-console-consumer)"),
+    "consumer-groups": ("tools.consumer_groups", "list, describe, reset, delete consumer groups"),
 }
 """Subcommand name -> (module with ``add_parser``, one-line help for ``kplane --help``)."""
 
