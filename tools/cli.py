@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "console-producer": ("tools.console_producer", "records from stdin (kafka-console-producer)"),
     "console-consumer": ("tools.console_consumer", "records to stdout (kafka-console-consumer)"),
     "consumer-groups": ("tools.consumer_groups", "list, describe, reset, delete consumer groups"),
+    "acls": ("tools.acls", "add, remove, list ACLs (kafka-acls)"),
 }
 """Subcommand name -> (module with ``add_parser``, one-line help for ``kplane --help``)."""
 

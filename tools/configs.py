@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.security.scram import MIN_ITERATIONS, SCRAM_MECHANISMS
 from client.admin import (
     Admin,
     AlterConfigOp,
@@ -30,12 +31,11 @@ from client.admin import (
     ConfigResourceType,
     ConfigSource,
     OpType,
+    ScramDeletion,
+    ScramUpsertion,
 )
-from client.kafka_client import KafkaClient
 from common.network.config import ClientConfig
-from protocol import api
-from protocol.api_keys import ApiKey
-from protocol.errors import KafkaError
+from protocol.errors import ErrorCode, KafkaError
 from protocol.topic_names import validate_topic_name
 from tools.admin_session import (
     UsageError,
@@ -44,10 +44,12 @@ from tools.admin_session import (
     read_properties,
     with_admin,
 )
+from tools.scram import mechanism
 
 BROKERS = "brokers"
 TOPICS = "topics"
-ENTITY_TYPES = (TOPICS, BROKERS)
+USERS = "users"
+ENTITY_TYPES = (TOPICS, BROKERS, USERS)
 DEFAULT_BROKER = ""  # the resource name of the cluster-wide broker default
 
 _FORMAT_ERROR = (
@@ -107,13 +109,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--all", action="store_true", help="with --describe: every config, not only dynamic ones"
     )
-    p.add_argument("--entity-type", action="append", help="type of entity (topics/brokers)")
-    p.add_argument("--entity-name", help="name of entity (topic name/broker id)")
+    p.add_argument(
+        "--entity-type", action="append", help="type of entity (topics/brokers/users)"
+    )
+    p.add_argument("--entity-name", help="name of entity (topic name/broker id/user)")
     p.add_argument(
         "--entity-default", action="store_true", help="the cluster-wide default of brokers"
     )
     p.add_argument("--topic", help="the topic's name (--entity-type topics --entity-name)")
     p.add_argument("--broker", help="the broker's id (--entity-type brokers --entity-name)")
+    p.add_argument("--user", help="the user (--entity-type users --entity-name)")
     p.add_argument(
         "--broker-defaults",
         action="store_true",
@@ -212,6 +217,8 @@ def _entity_types(args: argparse.Namespace) -> list[str]:
         types.append(BROKERS)
     if args.broker_defaults:
         types.append(BROKERS)
+    if args.user is not None:
+        types.append(USERS)
     return types
 
 
@@ -231,7 +238,12 @@ def _entity(args: argparse.Namespace, action: str) -> Entity:
     if len(types) > 1:
         raise UsageError("Exactly one entity type must be specified with --bootstrap-server")
     generic = args.entity_type or args.entity_name is not None or args.entity_default
-    flags = args.topic is not None or args.broker is not None or args.broker_defaults
+    flags = (
+        args.topic is not None
+        or args.broker is not None
+        or args.user is not None
+        or args.broker_defaults
+    )
     if generic and flags:
         raise UsageError(
             "--entity-{type,name,default} should not be used in conjunction with specific "
@@ -247,13 +259,19 @@ def _entity(args: argparse.Namespace, action: str) -> Entity:
 def _entity_name(args: argparse.Namespace) -> str | None:
     if args.entity_default or args.broker_defaults:
         return DEFAULT_BROKER
-    for name in (args.entity_name, args.topic, args.broker):
+    for name in (args.entity_name, args.topic, args.broker, args.user):
         if name is not None:
             return str(name)
     return None
 
 
 def _check_name(entity: Entity, action: str) -> None:
+    if entity.type == USERS:
+        if entity.name == DEFAULT_BROKER:
+            raise UsageError("--entity-default of users (client quotas) is not supported")
+        if entity.name is None and action == "alter":
+            raise UsageError("an entity name must be specified with --alter of users")
+        return
     if entity.type == TOPICS:
         if entity.name == DEFAULT_BROKER:
             raise UsageError("--entity-default is only supported for --entity-type brokers")
@@ -384,8 +402,67 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(config: ClientConfig, command: Command, bootstrap: str) -> int:
-    body = _describe if command.action == "describe" else _alter
+    if command.entity.type == USERS:
+        body = describe_users if command.action == "describe" else alter_users
+    else:
+        body = _describe if command.action == "describe" else _alter
     return await with_admin("kplane configs", config, bootstrap, lambda a: body(a, command))
+
+
+def scram_changes(user: str, add: Mapping[str, str], delete: Sequence[str]) -> list[Any]:
+    """``--add-config 'SCRAM-SHA-256=[iterations=8192,password=p]'`` and ``--delete-config
+    SCRAM-SHA-512`` of a user as SCRAM upsertions and deletions; UsageError for any other
+    key (Kafka's client quotas are not supported)."""
+    changes: list[Any] = []
+    for key in [*add, *delete]:
+        if key not in SCRAM_MECHANISMS:
+            raise UsageError(
+                f"kplane configs: {key}: only {' and '.join(SCRAM_MECHANISMS)} can be set for "
+                "users (client quotas are not supported)"
+            )
+    for key in delete:
+        changes.append(ScramDeletion(user, mechanism(key)))
+    for key, value in add.items():
+        fields = dict(item.split("=", 1) for item in value.split(",") if "=" in item)
+        if "password" not in fields:
+            raise UsageError(f"kplane configs: {key}: needs password=... (and iterations=N)")
+        iterations = int(fields.get("iterations", MIN_ITERATIONS))
+        changes.append(ScramUpsertion(user, mechanism(key), fields["password"], iterations))
+    return changes
+
+
+async def alter_users(admin: Admin, command: Command) -> int:
+    """Create, replace or delete a user's SCRAM credentials."""
+    user = command.entity.name
+    assert user is not None  # parse_command requires a user for --alter
+    try:
+        changes = scram_changes(user, command.add, command.delete)
+    except (UsageError, ValueError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    error = (await admin.alter_user_scram_credentials(changes)).get(user)
+    if error is not None:
+        print(_error_line(error), file=sys.stderr)
+        return 1
+    print(f"Completed updating config for user {user}.")
+    return 0
+
+
+async def describe_users(admin: Admin, command: Command) -> int:
+    """Each user's SCRAM mechanisms and iterations, as kafka-configs prints them."""
+    users = None if command.entity.name is None else [command.entity.name]
+    for user, described in sorted((await admin.describe_user_scram_credentials(users)).items()):
+        if described.error is not None:
+            if users is None or described.error.code != ErrorCode.resource_not_found:
+                print(_error_line(described.error), file=sys.stderr)
+                return 1
+            continue
+        credentials = ", ".join(
+            f"{c.mechanism.name.replace('_', '-')}=iterations={c.iterations}"
+            for c in described.credentials
+        )
+        print(f"SCRAM credential configs for user-principal '{user}' are {credentials}")
+    return 0
 
 
 async def _alter(admin: Admin, command: Command) -> int:
@@ -426,19 +503,4 @@ async def _every_entity(admin: Admin, entity_type: str) -> list[str]:
     if entity_type == BROKERS:
         cluster = await admin.client.refresh_metadata()
         return [str(b) for b in sorted(cluster.brokers)] + [DEFAULT_BROKER]
-    return await _topic_names(admin.client)
-
-
-async def _topic_names(client: KafkaClient) -> list[str]:
-    """The names of every topic, from a Metadata request for all topics."""
-
-    def build(version: int) -> Any:
-        return api.make(
-            api.request_class(ApiKey.METADATA, version),
-            topics=None,
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        )
-
-    response = await client.request(None, ApiKey.METADATA, build)
-    return sorted(t.name for t in response.topics if t.name)
+    return [t.name for t in await admin.describe_topics() if t.error is None]

@@ -40,7 +40,8 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _mechanism(name: str) -> ScramMechanism:
+def mechanism(name: str) -> ScramMechanism:
+    """A mechanism by its name, ``SCRAM-SHA-256`` or ``SCRAM-SHA-512``."""
     return ScramMechanism[name.replace("-", "_")]
 
 
@@ -64,10 +65,10 @@ async def _run(admin: Admin, args: argparse.Namespace) -> int:
     change: ScramUpsertion | ScramDeletion
     if args.scram_action == "add":
         change = ScramUpsertion(
-            args.user, _mechanism(args.mechanism), args.password, args.iterations
+            args.user, mechanism(args.mechanism), args.password, args.iterations
         )
     else:
-        change = ScramDeletion(args.user, _mechanism(args.mechanism))
+        change = ScramDeletion(args.user, mechanism(args.mechanism))
     error = (await admin.alter_user_scram_credentials([change])).get(args.user)
     if error is not None:
         print(

@@ -11,20 +11,22 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kafka import KafkaProducer
+from kafka.errors import KafkaError as KafkaPythonError
 
 from testing.plugin import REPO_ROOT, RunningBroker
 
 from .helpers import with_inter_broker_sasl
 
 
-def kplane(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def kplane(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tools.cli", *args],
         input=stdin, capture_output=True, text=True, cwd=REPO_ROOT, timeout=120, check=False,
     )
 
 
-def ok(*args: str, stdin: str | None = None) -> str:
+def ok(*args: str, stdin: str = "") -> str:
     done = kplane(*args, stdin=stdin)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
@@ -82,9 +84,9 @@ def test_offsets_and_delete_records(broker: RunningBroker, tmp_path: Path) -> No
     assert ok("get-offsets", *b, "--topic", "ev.*", "--time", "-2", "--partitions", "0") == (
         "events:0:3\n"
     )
-    low, high = Consumer(
-        {"bootstrap.servers": broker.bootstrap_servers, "group.id": "w"}
-    ).get_watermark_offsets(TopicPartition("events", 0), timeout=10)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "w"})
+    low, high = consumer.get_watermark_offsets(TopicPartition("events", 0), timeout=10)
+    consumer.close()
     assert (low, high) == (3, 5)
 
 
@@ -216,3 +218,96 @@ def test_the_tools_take_a_command_config(sasl_broker: RunningBroker, tmp_path: P
     assert denied.returncode == 1
     assert len(denied.stderr.strip().splitlines()) == 1
     assert "Traceback" not in denied.stderr
+
+
+def test_acls_add_list_remove_with_their_effect(broker_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    broker = broker_factory(with_inter_broker_sasl({
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'user_admin="admin-secret" user_alice="alice-secret";'
+        ),
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin",
+    }))
+    bootstrap = broker.bootstrap("SASL_PLAINTEXT")
+    config = tmp_path / "admin.properties"
+    config.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.username=admin\nsasl.password=admin-secret\n"
+    )
+    b = ("--bootstrap-server", bootstrap, "--command-config", str(config))
+    ok("topics", *b, "--create", "--topic", "orders")
+    def alice_produces() -> bool:
+        producer = KafkaProducer(
+            bootstrap_servers=bootstrap, security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="PLAIN", sasl_plain_username="alice",
+            sasl_plain_password="alice-secret", max_block_ms=5000,
+        )
+        try:
+            producer.send("orders", b"x").get(timeout=10)
+            return True
+        except KafkaPythonError:
+            return False
+        finally:
+            producer.close()
+
+    assert not alice_produces()
+    out = ok("acls", *b, "--add", "--allow-principal", "User:alice", "--producer",
+             "--topic", "orders")
+    assert out.startswith(
+        "Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=orders, "
+        "patternType=LITERAL)`: \n \t(principal=User:alice, host=*, operation=WRITE, "
+        "permissionType=ALLOW) \n"
+    )
+    assert alice_produces()
+    listed = ok("acls", *b, "--list", "--topic", "orders")
+    assert "operation=CREATE" in listed and "operation=DESCRIBE" in listed
+    ok("acls", *b, "--remove", "--allow-principal", "User:alice", "--topic", "orders", "--force")
+    assert ok("acls", *b, "--list", "--topic", "orders") == ""
+    refused = kplane("acls", *b, "--remove", "--allow-principal", "User:alice",
+                     "--topic", "orders")
+    assert refused.returncode == 1 and "--force" in refused.stderr
+
+
+def test_configs_entity_type_users_manages_scram_credentials(  # type: ignore[no-untyped-def]
+    broker_factory, tmp_path: Path
+) -> None:
+    broker = broker_factory(with_inter_broker_sasl({
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'user_admin="admin-secret";'
+        ),
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        ),
+    }))
+    bootstrap = broker.bootstrap("SASL_PLAINTEXT")
+    config = tmp_path / "admin.properties"
+    config.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.username=admin\nsasl.password=admin-secret\n"
+    )
+    b = ("--bootstrap-server", bootstrap, "--command-config", str(config))
+    out = ok("configs", *b, "--alter", "--add-config",
+             "SCRAM-SHA-256=[iterations=8192,password=alice-secret]",
+             "--entity-type", "users", "--entity-name", "alice")
+    assert out == "Completed updating config for user alice.\n"
+    assert ok("configs", *b, "--describe", "--entity-type", "users", "--entity-name",
+              "alice") == (
+        "SCRAM credential configs for user-principal 'alice' are SCRAM-SHA-256=iterations=8192\n"
+    )
+    alice = AdminClient({
+        "bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice",
+        "sasl.password": "alice-secret",
+    })
+    assert list(alice.list_topics(timeout=10).brokers) == [0]
+    ok("configs", *b, "--alter", "--delete-config", "SCRAM-SHA-256", "--user", "alice")
+    assert ok("configs", *b, "--describe", "--user", "alice") == ""
+    quota = kplane("configs", *b, "--alter", "--add-config", "producer_byte_rate=1024",
+                   "--user", "alice")
+    assert quota.returncode == 1 and "client quotas are not supported" in quota.stderr
