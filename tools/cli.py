@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "console-consumer": ("tools.console_consumer", "records to stdout (kafka-console-consumer)"),
     "consumer-groups": ("tools.consumer_groups", "list, describe, reset, delete consumer groups"),
     "acls": ("tools.acls", "add, remove, list ACLs (kafka-acls)"),
+    "doctor": ("tools.doctor", "explain why a client cannot reach the brokers"),
 }
 """Subcommand name -> (module with ``add_parser``, one-line help for ``kplane --help``)."""
 
