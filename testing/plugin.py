@@ -75,6 +75,36 @@ class RunningBroker:
         """Shut the broker down (idempotent)."""
         self.server.shutdown()
 
+    # fault injection (librdkafka mock cluster's, on this real broker) --------------------
+    def push_request_errors(self, api: int | str, *errors: int | str) -> None:
+        """Each next request of ``api`` (an ApiKey, its number or name, e.g. ``"Produce"``)
+        is answered with the next of ``errors`` (ErrorCodes, numbers or names such as
+        ``"NOT_LEADER_OR_FOLLOWER"``)."""
+        self.server.fault_injector().push_request_errors(
+            api_key_of(api), *(error_code_of(e) for e in errors)
+        )
+
+    def injected_error_count(self, api: int | str) -> int:
+        """Errors still queued for ``api``."""
+        return self.server.fault_injector().injected_error_count(api_key_of(api))
+
+    def set_rtt(self, ms: float, listener: str | None = None) -> None:
+        """Delay every response on ``listener`` (every listener by default) by ``ms``."""
+        self.server.fault_injector().set_rtt(ms, listener)
+
+    def broker_down(self) -> None:
+        """Close every listener (connections dropped, ports kept) until ``broker_up``."""
+        self.server.fault_injector().broker_down()
+
+    def broker_up(self) -> None:
+        """Reopen the listeners ``broker_down`` closed, on the same ports."""
+        self.server.fault_injector().broker_up()
+
+    def drop_connections(self, listener: str | None = None) -> None:
+        """Drop every connection of ``listener`` (the first by default)."""
+        name = listener or self.config.listeners[0].listener_name
+        self.server.fault_injector().drop_connections(name)
+
     def wire(self, listener: str | None = None) -> WireClient:
         """A raw wire connection to ``listener``."""
         from testing.wire import WireClient
@@ -322,6 +352,32 @@ def zookeeper_server() -> Iterator[ZooKeeperServer]:
     require_zookeeper()
     with ZooKeeperServer() as server:
         yield server
+
+
+def api_key_of(api: int | str) -> int:
+    """An API's key from its number, or its name in Kafka's spelling (``Produce``,
+    ``ListOffsets``) or kplane's (``list_offsets``)."""
+    from protocol.api_keys import ApiKey
+
+    if isinstance(api, int):
+        return int(api)
+    wanted = api.replace("_", "").lower()
+    for key in ApiKey:
+        if key.name.replace("_", "").lower() == wanted:
+            return int(key)
+    raise ValueError(f"no Kafka API is named {api!r}")
+
+
+def error_code_of(error: int | str) -> Any:
+    """An ErrorCode from its number or its name (``NOT_LEADER_OR_FOLLOWER``)."""
+    from protocol.errors import ErrorCode
+
+    if isinstance(error, int):
+        return ErrorCode(error)
+    try:
+        return ErrorCode[error.lower()]
+    except KeyError:
+        raise ValueError(f"no Kafka error is named {error!r}") from None
 
 
 # The public names ------------------------------------------------------------------------

@@ -155,6 +155,10 @@ class SocketServer:
         self.bound.pop(name, None)
         self._tls.pop(name, None)
 
+    def tls_of(self, name: str) -> ServerTls | None:
+        """The TLS set-up of listener ``name``; None on a plaintext listener."""
+        return self._tls.get(name)
+
     def set_tls(self, name: str, tls: ServerTls) -> None:
         """New connections to ``name`` use ``tls``; open ones keep theirs."""
         self._tls[name] = tls

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
+from functools import partial
 
 import structlog
 
@@ -11,6 +13,7 @@ from broker.network.request_channel import Request, RequestChannel, Response
 from broker.security.authorizer import AclAuthorizer
 from broker.server.api_versions import api_versions_response
 from broker.server.context import ApiFamily, Handler, RequestContext
+from broker.server.faults import FaultInjector, error_response
 from protocol import api
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -26,6 +29,8 @@ class KafkaApis:
         self, families: Iterable[ApiFamily], authorizer: AclAuthorizer | None = None
     ) -> None:
         self.authorizer = authorizer
+        self.faults: FaultInjector | None = None
+        """Set when ``kplane.faults.enable`` (or a test fixture) allows fault injection."""
         self.handlers: dict[int, Handler] = {}
         for family in families:
             for key, handler in family.handlers().items():
@@ -74,10 +79,39 @@ class KafkaApis:
             channel.send_response(Response(request, None, close_connection=True))
             return
         ctx = RequestContext(request, body, channel, self.authorizer)
+        faults = self.faults
+        if faults is not None and faults.active:
+            self._with_faults(faults, ctx)
+            return
+        self._run(ctx)
+
+    def _run(self, ctx: RequestContext) -> None:
         try:
-            self.handlers[header.api_key](ctx)
+            self.handlers[ctx.api_key](ctx)
         except Exception as exc:
             ctx.fail(exc)
+
+    def _with_faults(self, faults: FaultInjector, ctx: RequestContext) -> None:
+        """A queued error answers instead of the handler; a round-trip time delays both."""
+        error = faults.take_error(ctx.api_key)
+        if error is None:
+            answer = partial(self._run, ctx)
+        else:
+            log.info(
+                "fault injected: request error",
+                api=api.API_NAMES.get(ctx.api_key),
+                error=error.name,
+                connection=ctx.request.connection_id,
+            )
+            response = error_response(ctx.api_key, ctx.api_version, ctx.body, error)
+            answer = partial(ctx.respond, response)
+        delay = faults.rtt_s(ctx.listener_name)
+        if delay > 0:
+            timer = threading.Timer(delay, answer)
+            timer.daemon = True
+            timer.start()
+        else:
+            answer()
 
     def _unsupported_api_versions(self, request: Request, channel: RequestChannel) -> None:
         """Kafka answers an unknown ApiVersions version with a v0 response and error 35."""

@@ -56,6 +56,7 @@ from broker.server.dynamic_listeners import (
     ProposedListenerSecurity,
 )
 from broker.server.dynamic_thread_pool import DynamicThreadPool
+from broker.server.faults import FaultInjector
 from broker.server.fetch_apis import FetchApis
 from broker.server.group_apis import GroupApis
 from broker.server.kafka_apis import KafkaApis
@@ -134,6 +135,16 @@ class KafkaServer:
                 plane=self.socket_server.channel_of(name).plane.name,
             )
         log.info("started", broker_id=self.broker_id, cluster_id=self.cluster_id)
+
+    def fault_injector(self) -> FaultInjector:
+        """The broker's FaultInjector, attached to its request path on first use (a test
+        fixture's, or ``kplane.faults.enable``'s)."""
+        faults = self.apis.faults
+        if faults is None:
+            socket_server = self.socket_server
+            assert socket_server is not None
+            faults = self.apis.faults = FaultInjector(lambda: socket_server)
+        return faults
 
     def settle_heap(self, stop: Callable[[], bool]) -> None:
         """A long-running broker's last start-up step (``kplane serve``): every served
