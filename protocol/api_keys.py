@@ -7,7 +7,7 @@ from enum import IntEnum
 
 
 class ApiKey(IntEnum):
-    """The api key of every request Kafka defines."""
+    """The api key of every request Kafka defines, and kplane's own."""
 
     PRODUCE = 0
     FETCH = 1
@@ -102,3 +102,5 @@ class ApiKey(IntEnum):
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
+    KPLANE_FAULTS = 10000
+    """kplane's own (not Kafka's): fault injection, with ``kplane.faults.enable=true``."""

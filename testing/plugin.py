@@ -80,13 +80,19 @@ class RunningBroker:
         """Each next request of ``api`` (an ApiKey, its number or name, e.g. ``"Produce"``)
         is answered with the next of ``errors`` (ErrorCodes, numbers or names such as
         ``"NOT_LEADER_OR_FOLLOWER"``)."""
+        from tools.faults import api_key_named, error_named
+
         self.server.fault_injector().push_request_errors(
-            api_key_of(api), *(error_code_of(e) for e in errors)
+            api if isinstance(api, int) else api_key_named(api),
+            *(e if isinstance(e, int) else error_named(e) for e in errors),
         )
 
     def injected_error_count(self, api: int | str) -> int:
         """Errors still queued for ``api``."""
-        return self.server.fault_injector().injected_error_count(api_key_of(api))
+        from tools.faults import api_key_named
+
+        key = api if isinstance(api, int) else api_key_named(api)
+        return self.server.fault_injector().injected_error_count(key)
 
     def set_rtt(self, ms: float, listener: str | None = None) -> None:
         """Delay every response on ``listener`` (every listener by default) by ``ms``."""
@@ -352,32 +358,6 @@ def zookeeper_server() -> Iterator[ZooKeeperServer]:
     require_zookeeper()
     with ZooKeeperServer() as server:
         yield server
-
-
-def api_key_of(api: int | str) -> int:
-    """An API's key from its number, or its name in Kafka's spelling (``Produce``,
-    ``ListOffsets``) or kplane's (``list_offsets``)."""
-    from protocol.api_keys import ApiKey
-
-    if isinstance(api, int):
-        return int(api)
-    wanted = api.replace("_", "").lower()
-    for key in ApiKey:
-        if key.name.replace("_", "").lower() == wanted:
-            return int(key)
-    raise ValueError(f"no Kafka API is named {api!r}")
-
-
-def error_code_of(error: int | str) -> Any:
-    """An ErrorCode from its number or its name (``NOT_LEADER_OR_FOLLOWER``)."""
-    from protocol.errors import ErrorCode
-
-    if isinstance(error, int):
-        return ErrorCode(error)
-    try:
-        return ErrorCode[error.lower()]
-    except KeyError:
-        raise ValueError(f"no Kafka error is named {error!r}") from None
 
 
 # The public names ------------------------------------------------------------------------

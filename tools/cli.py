@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "consumer-groups": ("tools.consumer_groups", "list, describe, reset, delete consumer groups"),
     "acls": ("tools.acls", "add, remove, list ACLs (kafka-acls)"),
     "doctor": ("tools.doctor", "explain why a client cannot reach the brokers"),
+    "faults": ("tools.faults", "inject faults into a broker (kplane.faults.enable)"),
 }
 """Subcommand name -> (module with ``add_parser``, one-line help for ``kplane --help``)."""
 

@@ -679,6 +679,10 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "lower their OS scheduling priority (nice), so on a busy machine the control "
               "plane's threads run first (measured: control p50 under load close to idle).",
               L, RO, between(0, 19)),
+    ConfigDef("kplane.faults.enable", T.BOOLEAN, False,
+              "Serve kplane's fault-injection API (kplane faults: request errors, delays, "
+              "closed listeners) for client tests; with an authorizer only super users may "
+              "use it. Never on a broker clients depend on.", L, RO),
     ConfigDef("kplane.log.storage", T.STRING, "file",
               "Where partition logs live: file (Kafka's segments under log.dirs, kept across "
               "restarts) or memory (gone at exit; for fast test brokers).", H, RO,

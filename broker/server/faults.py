@@ -122,6 +122,11 @@ class FaultInjector:
         with self._lock:
             return len(self._errors.get(int(api_key), ()))
 
+    def queued(self) -> dict[int, int]:
+        """Api key -> errors still queued for it."""
+        with self._lock:
+            return {key: len(queue) for key, queue in self._errors.items()}
+
     def take_error(self, api_key: int) -> ErrorCode | None:
         """The next queued error of ``api_key``, removed; None when none is queued."""
         with self._lock:

@@ -56,6 +56,7 @@ from broker.server.dynamic_listeners import (
     ProposedListenerSecurity,
 )
 from broker.server.dynamic_thread_pool import DynamicThreadPool
+from broker.server.fault_apis import FaultApis
 from broker.server.faults import FaultInjector
 from broker.server.fetch_apis import FetchApis
 from broker.server.group_apis import GroupApis
@@ -491,6 +492,11 @@ class KafkaServer:
                 lambda: self.controller,
             ),
             ScramApis(self.scram_credentials),
+            *(
+                [FaultApis(self.fault_injector, self.authorizer)]
+                if self.static_config.get_bool("kplane.faults.enable")
+                else []
+            ),
             GroupApis(
                 self.group_coordinator,
                 topic_name_of=self.cache.topic_name,

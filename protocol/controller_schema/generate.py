@@ -23,6 +23,8 @@ JSON_DIR = PACKAGE / "json"
 JSON_PATH = "protocol/controller_schema/json"
 """``JSON_DIR`` as the header line of every generated file names it."""
 KAFKA_PATH = "clients/src/main/resources/common/message"
+PRIVATE_API_KEYS = 10000
+"""Api keys from here on are kplane's own, unknown to Kafka and its clients."""
 LINE_LENGTH = 100
 """A field docstring stays on one line if it fits in this many columns..."""
 WRAP_WIDTH = 96
@@ -196,10 +198,16 @@ class Module:
 
     def source(self) -> str:
         api = self.message.name.removesuffix(self.message.kind.title())
+        origin = (
+            ["kplane's own API (not Kafka's): fault injection, see broker/server/faults.py."]
+            if self.message.api_key >= PRIVATE_API_KEYS
+            else [f"``{KAFKA_PATH}/{self.message.path.name}``."]
+        )
+        intro = "," if self.message.api_key >= PRIVATE_API_KEYS else ", from Kafka's"
         head = [
             header_line(self.message.path.name),
-            f'"""{api} {self.message.kind} v{self.version}, from Kafka\'s',
-            f"``{KAFKA_PATH}/{self.message.path.name}``.",
+            f'"""{api} {self.message.kind} v{self.version}{intro}',
+            *origin,
             '"""',
             "",
             *self._import_lines(),

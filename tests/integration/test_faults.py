@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kio.schema.list_offsets.v7.request import (
@@ -17,9 +20,9 @@ from kio.static.primitive import i8, i32, i64
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
-from testing.plugin import RunningBroker
+from testing.plugin import REPO_ROOT, RunningBroker
 
-from .helpers import produce, recs
+from .helpers import produce, recs, with_inter_broker_sasl
 
 
 def _count(broker: RunningBroker, topic: str) -> int:
@@ -119,3 +122,72 @@ def test_drop_connections_closes_open_ones(broker: RunningBroker) -> None:
     with broker.wire() as client:  # the listener accepts again at once
         produce(client, "dropped", build_batch(recs("b", 1)))
     assert _count(broker, "dropped") == 2
+
+
+def _faults(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tools.cli", "faults", "--bootstrap-server", bootstrap, *args],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
+    )
+
+
+def test_kplane_faults_drives_a_serve_process(broker_process) -> None:  # type: ignore[no-untyped-def]
+    served = broker_process("configs/server.properties", "kplane.faults.enable=true",
+                            "kplane.log.storage=memory")
+    bootstrap = served.bootstrap_servers
+    done = _faults(bootstrap, "push-errors", "--api", "Produce", "NOT_LEADER_OR_FOLLOWER",
+                   "NOT_LEADER_OR_FOLLOWER")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["produce: 2 error(s) queued", "push-errors: done"]
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0,
+                         "retry.backoff.ms": 10})
+    errors: list[KafkaError | None] = []
+    producer.produce("served", b"x", on_delivery=lambda err, _m: errors.append(err))
+    producer.flush(30)
+    assert errors == [None]
+    assert _faults(bootstrap, "describe").stdout == "describe: done\n"
+    assert _faults(bootstrap, "down", "--seconds", "1").returncode == 0
+    deadline = time.monotonic() + 10
+    while "fault injected: listeners down" not in served.log_text():  # just after the answer
+        assert time.monotonic() < deadline, "the listeners never went down"
+        time.sleep(0.02)
+    producer.produce("served", b"y", on_delivery=lambda err, _m: errors.append(err))
+    producer.flush(30)
+    assert errors == [None, None]
+    assert "fault injected: listeners up" in served.log_text()
+
+
+def test_kplane_faults_is_refused_when_off(broker: RunningBroker) -> None:
+    done = _faults(broker.bootstrap_servers, "describe")
+    assert done.returncode == 1
+    assert done.stderr == (
+        "kplane faults: fault injection is off on this broker: start it with "
+        "kplane.faults.enable=true\n"
+    )
+
+
+def test_kplane_faults_is_for_super_users_under_an_authorizer(
+    broker_factory, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    broker = broker_factory(with_inter_broker_sasl({
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'user_admin="admin-secret" user_alice="alice-secret";'
+        ),
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin",
+        "kplane.faults.enable": "true",
+    }))
+    config = tmp_path / "client.properties"
+    bootstrap = broker.bootstrap("SASL_PLAINTEXT")
+    for user, expected in (("alice", 1), ("admin", 0)):
+        config.write_text(
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+            f"sasl.username={user}\nsasl.password={user}-secret\n"
+        )
+        done = _faults(bootstrap, "--command-config", str(config), "rtt", "--ms", "1")
+        assert done.returncode == expected, done.stderr
+        if user == "alice":
+            assert "CLUSTER_AUTHORIZATION_FAILED" in done.stderr.upper()
