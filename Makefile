@@ -45,6 +45,7 @@ bench: setup
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/client.py
 	$(BIN)/python bench/control_plane.py
+	$(BIN)/python bench/startup.py
 
 # The import contract: docs/ARCHITECTURE.md's layers, checked against every import.
 lint: setup

@@ -539,7 +539,17 @@ def _zigzag_bytes(value: int) -> bytes:
     return bytes(out)
 
 
-_SMALL_ZIGZAG = [_zigzag_bytes(v) for v in range(-1, 16384)]
+def _small_varint(z: int) -> bytes:
+    """An unsigned varint below 2**21, without the general loop (for the table below)."""
+    if z < 0x80:
+        return bytes((z,))
+    if z < 0x4000:
+        return bytes((z & 0x7F | 0x80, z >> 7))
+    return bytes((z & 0x7F | 0x80, (z >> 7) & 0x7F | 0x80, z >> 14))
+
+
+# The zigzag varints of -1..16383 (zigzag: -1 -> 1, v >= 0 -> 2v), built at import.
+_SMALL_ZIGZAG = [_small_varint(1), *(_small_varint(2 * v) for v in range(16384))]
 
 
 def _zigzag(value: int) -> bytes:

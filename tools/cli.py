@@ -8,6 +8,7 @@ module of the subcommand being run is imported, so ``kplane --help`` and a comma
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 from collections.abc import Sequence
@@ -60,9 +61,18 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kplane`` script."""
+    if argv is None:
+        # kio imports hypothesis when it is installed (a dev dependency), only to register
+        # test strategies: a command has no use for it, and it costs a third of start-up.
+        sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser(args_list).parse_args(args_list)
+        gc.disable()  # importing the command's modules allocates much and frees little
+        try:
+            parser = build_parser(args_list)
+        finally:
+            gc.enable()
+        args = parser.parse_args(args_list)
         return int(args.func(args))
     except KeyboardInterrupt:  # Ctrl-C before a command installed its own handling: quiet
         return 130

@@ -5,6 +5,7 @@ Readers get an immutable snapshot; writers replace it whole, so handlers never l
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -53,6 +54,13 @@ class MetadataCache:
         self.broker_id = broker_id
         self.snapshot = MetadataSnapshot(cluster_id, -1)
         self._topic_listeners: list[Callable[[str], object]] = []
+        self._updated = threading.Condition()
+
+    def wait_for(self, predicate: Callable[[MetadataSnapshot], bool], timeout_s: float) -> bool:
+        """Block until ``predicate(snapshot)`` holds after an update (or already does);
+        False when ``timeout_s`` passed first."""
+        with self._updated:
+            return self._updated.wait_for(lambda: predicate(self.snapshot), timeout_s)
 
     def add_topic_listener(self, listener: Callable[[str], object]) -> None:
         """Call ``listener(name)`` after each update that adds or changes topic ``name``
@@ -86,6 +94,8 @@ class MetadataCache:
             new_topics,
             topic_ids,
         )
+        with self._updated:
+            self._updated.notify_all()
         for topic in upserted:
             for listener in self._topic_listeners:
                 listener(topic.name)

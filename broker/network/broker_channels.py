@@ -29,6 +29,8 @@ Build = Callable[[int], Any]
 """Builds a request body for the version the connection negotiated."""
 Callback = Callable[[Any | None, Exception | None], None]
 RETRY_BACKOFF_S = 0.2
+CLOSE_GRACE_S = 0.01
+"""How long the loop runs on after closing the connections, so their closes go out."""
 REQUEST_TIMEOUT_MS = 30_000
 
 
@@ -230,7 +232,7 @@ class BrokerChannelManager:
             for channel in self._channels.values():
                 self._stop(channel)
             self._channels.clear()
-            self._loop.call_later(0.05, self._loop.stop)
+            self._loop.call_later(CLOSE_GRACE_S, self._loop.stop)
 
         if not self._loop.is_closed():
             self._call(stop)

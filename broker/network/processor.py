@@ -30,6 +30,9 @@ from broker.security.sasl import PRE_AUTH_APIS, SASL_PROTOCOLS, SaslSession
 from protocol.connection import CONNECTION_CLOSED, Close, RequestReady, ServerConnection
 
 log = structlog.get_logger(__name__)
+CLOSE_GRACE_S = 0.01
+"""How long a stopping Processor's loop runs on after closing its connections (their last
+writes and closes go out)."""
 
 RequestObserver = Callable[[Request, int], None]
 IdleObserver = Callable[[int, int], None]
@@ -418,16 +421,25 @@ class Processor:
 
     def shutdown(self) -> None:
         """Close every connection and stop the loop."""
+        self.begin_shutdown()
+        self.await_shutdown()
+
+    def begin_shutdown(self) -> None:
+        """Ask the loop to close every connection and stop; returns at once."""
         if self.loop.is_closed():
             return
 
         def close_all() -> None:
             for conn in list(self.connections.values()):
                 conn.close()
-            self.loop.call_later(0.05, self.loop.stop)
+            self.loop.call_later(CLOSE_GRACE_S, self.loop.stop)
 
         try:
             self.loop.call_soon_threadsafe(close_all)
         except RuntimeError:
             return
-        self._stopped.wait(timeout=5)
+
+    def await_shutdown(self, timeout_s: float = 5.0) -> None:
+        """Wait for the loop that ``begin_shutdown`` stopped."""
+        if not self.loop.is_closed():
+            self._stopped.wait(timeout=timeout_s)

@@ -246,5 +246,8 @@ class SocketServer:
 
     def shutdown_processors(self) -> None:
         """Close every connection and stop every Processor."""
-        for processor in self.all_processors():
-            processor.shutdown()
+        processors = self.all_processors()
+        for processor in processors:  # every one stops at once, then they are awaited
+            processor.begin_shutdown()
+        for processor in processors:
+            processor.await_shutdown()

@@ -544,12 +544,9 @@ class KafkaServer:
     def _await_own_metadata(self) -> None:
         """Wait (bounded) for the controller's first UpdateMetadata to name this broker, so
         "started" means clients are answered with the cluster, not an empty one."""
-        deadline = time.monotonic() + self.config.get_int("zookeeper.session.timeout.ms") / 1000
-        while self.broker_id not in self.cache.snapshot.brokers:
-            if time.monotonic() > deadline:
-                log.warning("no metadata from the controller yet", broker_id=self.broker_id)
-                return
-            time.sleep(0.01)
+        timeout_s = self.config.get_int("zookeeper.session.timeout.ms") / 1000
+        if not self.cache.wait_for(lambda s: self.broker_id in s.brokers, timeout_s):
+            log.warning("no metadata from the controller yet", broker_id=self.broker_id)
 
     def _on_new_session(self) -> None:
         """A new ZooKeeper session: the old one's ephemeral nodes are gone. Register again

@@ -83,14 +83,8 @@ class BrokerConnection:
         SaslAuthenticationError when the broker refuses the SASL mechanism or credentials."""
         server_hostname = self.host if self.ssl_context is not None else None
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(
-                    ssl=self.ssl_context,
-                    server_hostname=server_hostname,
-                    sock=await self._socket(),
-                ),
-                timeout,
-            )
+            opening = self._open(server_hostname)
+            self._reader, self._writer = await asyncio.wait_for(opening, timeout)
         except ssl.SSLError as exc:
             failure = tls_failure(self.address, exc)
             if failure is None:
@@ -102,10 +96,22 @@ class BrokerConnection:
         if self.sasl is not None:
             await authenticate(self, self.sasl)
 
+    async def _open(
+        self, server_hostname: str | None
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The stream of a new connection: asyncio's own connect, or with
+        ``receive_buffer_bytes`` a socket of ours that has SO_RCVBUF before it connects."""
+        if self.receive_buffer_bytes <= 0:
+            return await asyncio.open_connection(
+                self.host, self.port, ssl=self.ssl_context, server_hostname=server_hostname
+            )
+        return await asyncio.open_connection(
+            ssl=self.ssl_context, server_hostname=server_hostname, sock=await self._socket()
+        )
+
     async def _socket(self) -> socket.socket:
         """A TCP socket connected to ``host:port`` (each resolved address in turn), with
-        SO_RCVBUF set before the connect, so TCP window scaling sees it, when
-        ``receive_buffer_bytes`` > 0."""
+        SO_RCVBUF set before the connect, so TCP window scaling sees it."""
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
         failure: OSError | None = None
@@ -113,8 +119,7 @@ class BrokerConnection:
             sock = socket.socket(family, kind, proto)
             try:
                 sock.setblocking(False)
-                if self.receive_buffer_bytes > 0:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
                 await loop.sock_connect(sock, address)
                 return sock
             except OSError as exc:

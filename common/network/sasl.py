@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import scramp
-
 from common.network.security import AuthenticationError
 from protocol import api
 from protocol.api_keys import ApiKey
@@ -78,6 +76,8 @@ async def authenticate(conn: BrokerConnection, credentials: SaslCredentials) -> 
     if mechanism == PLAIN:
         await exchange(f"\0{credentials.username}\0{credentials.password}".encode())
         return
+    import scramp  # only SCRAM needs it; imported here to keep start-up short
+
     client = scramp.ScramClient([mechanism], credentials.username, credentials.password)
     try:
         client.set_server_first((await exchange(client.get_client_first().encode())).decode())

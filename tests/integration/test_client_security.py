@@ -196,13 +196,18 @@ def _certificate_refusing_server(pki: PkiFiles) -> tuple[str, threading.Thread]:
     server = socket.create_server(("127.0.0.1", 0))
 
     def serve() -> None:
-        with (
-            server,
-            server.accept()[0] as conn,
-            contextlib.suppress(ssl.SSLError),
-            context.wrap_socket(conn, server_side=True),
-        ):
-            pass
+        with server:
+            conn = context.wrap_socket(
+                server.accept()[0], server_side=True, do_handshake_on_connect=False
+            )
+            with contextlib.suppress(ssl.SSLError):
+                conn.do_handshake()
+            # Read what the client sent after its side of the handshake before closing: a
+            # close with unread bytes is a reset, which can overtake the alert.
+            with socket.socket(fileno=conn.detach()) as raw:
+                raw.settimeout(2)
+                with contextlib.suppress(OSError):
+                    raw.recv(65536)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()

@@ -168,9 +168,9 @@ def test_add_config_file(tmp_path: Path) -> None:
         (["--describe"], "At least one entity type must be specified"),
         (["--entity-name", "0", "--describe"], "At least one entity type must be specified"),
         (
-            ["--entity-type", "users", "--entity-name", "u", "--describe"],
-            "Invalid entity type users, the entity type must be one of topics, brokers "
-            "with a --bootstrap-server argument",
+            ["--entity-type", "clients", "--entity-name", "u", "--describe"],
+            "Invalid entity type clients, the entity type must be one of topics, brokers, "
+            "users with a --bootstrap-server argument",
         ),
         (
             ["--entity-type", "brokers", "--entity-type", "brokers", "--describe"],

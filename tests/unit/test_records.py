@@ -533,3 +533,11 @@ def test_kafka_python_reads_transactional_producer_fields() -> None:
     assert (kbatch.producer_id, kbatch.producer_epoch, kbatch.base_sequence) == (1234, 5, 60)
     assert kbatch.is_transactional
     assert kbatch.last_offset_delta == 2
+
+
+def test_the_small_zigzag_table_is_the_general_encoding() -> None:
+    from protocol import records
+
+    assert all(
+        records._SMALL_ZIGZAG[v + 1] == records._zigzag_bytes(v) for v in range(-1, 16384)
+    )
