@@ -36,9 +36,15 @@ def parse_time(text: str) -> int:
     """The ListOffsets timestamp of ``--time``; ValueError when it is none."""
     if text in TIMES:
         return TIMES[text]
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = MAX_TIMESTAMP - 1
     if value < MAX_TIMESTAMP:
-        raise ValueError(f"--time {text}: not -1, -2, -3 or a timestamp")
+        raise ValueError(
+            f"Malformed time argument {text}. Please use -1 or latest / -2 or earliest / "
+            "-3 or max-timestamp, or a specified long format timestamp"
+        )
     return value
 
 
