@@ -225,3 +225,41 @@ class GroupAdmin:
                 code = r.error_code
                 results[str(r.group_id)] = None if code == ErrorCode.none else KafkaError(code)
         return results
+
+    async def delete_offsets(
+        self, group: str, partitions: Iterable[tuple[str, int]]
+    ) -> tuple[KafkaError | None, dict[tuple[str, int], KafkaError | None]]:
+        """OffsetDelete at the group's coordinator: the group-level error and each
+        partition's (the coordinator refuses partitions the group is subscribed to)."""
+        node = await self._coordinator(group)
+        topics: dict[str, list[int]] = {}
+        for topic, partition in sorted(set(partitions)):
+            topics.setdefault(topic, []).append(partition)
+
+        def build(version: int) -> Any:
+            module = api.request_module(ApiKey.OFFSET_DELETE, version)
+            return api.make(
+                api.request_class(ApiKey.OFFSET_DELETE, version),
+                group_id=group,
+                topics=tuple(
+                    api.make(
+                        module.OffsetDeleteRequestTopic,
+                        name=topic,
+                        partitions=tuple(
+                            api.make(module.OffsetDeleteRequestPartition, partition_index=p)
+                            for p in parts
+                        ),
+                    )
+                    for topic, parts in topics.items()
+                ),
+            )
+
+        response = await self.client.request(node, ApiKey.OFFSET_DELETE, build)
+        top = None if response.error_code == ErrorCode.none else KafkaError(response.error_code)
+        return top, {
+            (str(t.name), int(p.partition_index)): (
+                None if p.error_code == ErrorCode.none else KafkaError(p.error_code)
+            )
+            for t in response.topics
+            for p in t.partitions
+        }

@@ -10,6 +10,7 @@ from typing import Any
 
 from client.admin import EARLIEST, LATEST, Admin
 from client.group_admin import GroupAdmin, GroupDescription
+from protocol.errors import ErrorCode
 from tools.admin_session import UsageError, add_connection_args, run_admin
 
 TOOL = "kplane consumer-groups"
@@ -26,11 +27,16 @@ def add_parser(sub: Any) -> None:
     actions.add_argument("--describe", action="store_true", help="offsets and lag of a group")
     actions.add_argument("--reset-offsets", action="store_true", help="reset a group's offsets")
     actions.add_argument("--delete", action="store_true", help="delete a group")
+    actions.add_argument(
+        "--delete-offsets", action="store_true", help="delete a group's offsets of --topic"
+    )
     p.add_argument("--group", help="the group")
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--members", action="store_true", help="--describe: the members")
     shown.add_argument("--state", action="store_true", help="--describe: the group's state")
-    p.add_argument("--topic", action="append", default=[], help="--reset-offsets: T or T:0,1")
+    p.add_argument(
+        "--topic", action="append", default=[], help="--reset-offsets, --delete-offsets: T or T:0,1"
+    )
     p.add_argument("--all-topics", action="store_true", help="--reset-offsets: every topic")
     reset = p.add_mutually_exclusive_group()
     reset.add_argument("--to-earliest", action="store_true")
@@ -57,7 +63,11 @@ def run(args: argparse.Namespace) -> int:
     """Run the command; 0 on success, 1 with one line on stderr otherwise."""
     try:
         if not args.list and not args.group:
-            raise UsageError("--group is required with --describe, --reset-offsets, --delete")
+            raise UsageError(
+                "--group is required with --describe, --reset-offsets, --delete, --delete-offsets"
+            )
+        if args.delete_offsets and not args.topic:
+            raise UsageError("--delete-offsets needs --topic")
         if args.reset_offsets:
             if not (args.topic or args.all_topics):
                 raise UsageError("--reset-offsets needs --topic or --all-topics")
@@ -75,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
         return run_admin(TOOL, args, lambda admin: _describe(admin, args))
     if args.reset_offsets:
         return run_admin(TOOL, args, lambda admin: _reset(admin, args))
+    if args.delete_offsets:
+        return run_admin(TOOL, args, lambda admin: _delete_offsets(admin, args))
     return run_admin(TOOL, args, lambda admin: _delete(admin, args.group))
 
 
@@ -236,3 +248,52 @@ async def _delete(admin: Admin, group: str) -> int:
         return 1
     print(f"Deletion of requested consumer groups ('{group}') was successful.")
     return 0
+
+
+DELETE_OFFSETS_ERRORS = {
+    ErrorCode.invalid_group_id: "'{group}' is not valid.",
+    ErrorCode.group_id_not_found: "'{group}' does not exist.",
+    ErrorCode.group_authorization_failed: "Access to '{group}' is not authorized.",
+    ErrorCode.non_empty_group: (
+        "Deleting offsets of a consumer group '{group}' is forbidden if the group is not empty."
+    ),
+}
+PARTITION_LEVEL = (
+    ErrorCode.group_subscribed_to_topic,
+    ErrorCode.topic_authorization_failed,
+    ErrorCode.unknown_topic_or_partition,
+)
+
+
+async def _delete_offsets(admin: Admin, args: argparse.Namespace) -> int:
+    try:
+        partitions = await _reset_partitions(admin, args, {})
+    except (UsageError, ValueError) as exc:
+        print(f"{TOOL}: {exc}", file=sys.stderr)
+        return 1
+    top, results = await GroupAdmin(admin).delete_offsets(args.group, partitions)
+    # As Kafka's AdminClient: the first partition's error fails the whole request.
+    top = top or next((e for e in results.values() if e is not None), None)
+    if top is None:
+        print(
+            f"Request succeed for deleting offsets with topic {', '.join(args.topic)} "
+            f"group {args.group}"
+        )
+    elif top.code in DELETE_OFFSETS_ERRORS:
+        print("Error: " + DELETE_OFFSETS_ERRORS[top.code].format(group=args.group), file=sys.stderr)
+    elif top.code in PARTITION_LEVEL:
+        print(
+            "Error: Encounter some partition level error, see the follow-up details:",
+            file=sys.stderr,
+        )
+    else:
+        print(f"Error: Encounter some unknown error: {top.code.name}", file=sys.stderr)
+    print()
+    print(table([
+        ("TOPIC", "PARTITION", "STATUS"),
+        *(
+            (topic, partition, "Successful" if error is None else f"Error: {error}")
+            for (topic, partition), error in sorted(results.items())
+        ),
+    ]))
+    return 0 if top is None else 1
