@@ -89,6 +89,7 @@ class Producer:
         transactional_id: str | None = None,
         transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
         max_block_ms: int = DEFAULT_MAX_BLOCK_MS,
+        compression: int = 0,
     ) -> None:
         if transactional_id is not None:
             if enable_idempotence is False:
@@ -144,6 +145,7 @@ class Producer:
             retries=retries,
             max_in_flight=max_in_flight,
             delivery_timeout_ms=delivery_timeout_ms,
+            compression=compression,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._topics: set[str] = set()

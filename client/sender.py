@@ -73,8 +73,10 @@ class Sender:
         retries: int,
         max_in_flight: int,
         delivery_timeout_ms: int,
+        compression: int = 0,
     ) -> None:
         self._client = client
+        self._compression = compression
         self._accumulator = accumulator
         self._idempotence = idempotence
         self._transactions = idempotence if isinstance(idempotence, TransactionManager) else None
@@ -291,9 +293,10 @@ class Sender:
                 producer_epoch=idempotence.producer_epoch,
                 base_sequence=sequence,
                 is_transactional=self._transactions is not None,
+                compression=self._compression,
             )
         else:
-            batch.data = build_batch(batch.records)
+            batch.data = build_batch(batch.records, compression=self._compression)
 
     # Produce ---------------------------------------------------------------------------------
     def _dispatch(self, node: int, batches: list[ProducerBatch]) -> None:

@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from protocol.compression import COMPRESSION_NAMES
+
 
 @dataclass(frozen=True, slots=True)
 class Setting:
@@ -48,6 +50,15 @@ def as_lower(value: Any) -> str:
     return str(value).strip().lower()
 
 
+def as_compression(value: Any) -> int:
+    """``compression.type`` (none, gzip, snappy, lz4, zstd) -> the codec id."""
+    codecs = {name: codec for codec, name in COMPRESSION_NAMES.items()}
+    text = str(value).strip().lower()
+    if text not in codecs:
+        raise ValueError(f"not one of {', '.join(codecs)}")
+    return codecs[text]
+
+
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 
 
@@ -74,6 +85,7 @@ PRODUCER_SETTINGS: tuple[Setting, ...] = (
     Setting("transactional.id", "transactional_id", str),
     Setting("transaction.timeout.ms", "transaction_timeout_ms", int),
     Setting("max.block.ms", "max_block_ms", int),
+    Setting("compression.type", "compression", as_compression),
 )
 
 CONSUMER_SETTINGS: tuple[Setting, ...] = (

@@ -35,6 +35,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--request-required-acks", default="-1", help="acks of the produce requests (-1)"
     )
+    p.add_argument(
+        "--compression-codec", nargs="?", const="gzip",
+        choices=("none", "gzip", "snappy", "lz4", "zstd"),
+        help="compress the batches (gzip when given without a codec)",
+    )
     p.add_argument("--sync", action="store_true", help="wait for each record's acknowledgement")
     p.set_defaults(func=run)
 
@@ -44,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         properties = pairs(args.property, "--property")
         settings = {"acks": args.request_required_acks, "linger.ms": "5"}
+        if args.compression_codec:
+            settings["compression.type"] = args.compression_codec
         settings.update(
             client_settings(args.producer_config, args.producer_property, "--producer-property")
         )

@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+from confluent_kafka import Consumer
 from kafka import KafkaProducer
 
 from testing.plugin import REPO_ROOT, RunningBroker
@@ -47,3 +49,23 @@ def test_one_partition_from_an_offset(broker: RunningBroker) -> None:
              "lines", "--partition", "0", "--offset", "1", "--max-messages", "2",
              "--property", "print.partition=true", "--property", "print.offset=true")
     assert out.splitlines() == ["Partition:0\tOffset:1\tb", "Partition:0\tOffset:2\tc"]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compression_codec_round_trip(broker: RunningBroker, codec: str) -> None:
+    broker.create_topic("packed")
+    lines = "".join(f"k{i}\tvalue {i} " + "x" * 200 + "\n" for i in range(20))
+    ok("console-producer", "--bootstrap-server", broker.bootstrap_servers, "--topic", "packed",
+       "--property", "parse.key=true", "--compression-codec", codec, stdin=lines)
+    consumer = Consumer({
+        "bootstrap.servers": broker.bootstrap_servers, "group.id": "check",
+        "auto.offset.reset": "earliest",
+    })
+    consumer.subscribe(["packed"])
+    got = []
+    while len(got) < 20:
+        message = consumer.poll(10)
+        assert message is not None and message.error() is None
+        got.append(f"{message.key().decode()}\t{message.value().decode()}\n")
+    consumer.close()
+    assert "".join(got) == lines
