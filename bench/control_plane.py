@@ -21,7 +21,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tools.loadtest.placement import available_cpus, split_options
 from tools.loadtest.runner import main as loadtest
 
 
@@ -89,7 +88,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="kplane-bench-cp-"))
-    placement = [] if args.no_placement else split_options(sorted(available_cpus()))
+    placement = ["--no-placement"] if args.no_placement else []  # else the loadtest's own
     with contextlib.redirect_stdout(sys.stderr):  # the loadtest's own summary
         code = loadtest(
             [

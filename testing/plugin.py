@@ -407,6 +407,42 @@ class KafkaCluster:
         """The broker with ``broker_id``."""
         return next(b for b in self.brokers if b.broker_id == broker_id)
 
+    def move_leader(self, topic: str, partition: int, broker_id: int, timeout: float = 30) -> None:
+        """Make ``broker_id`` (a replica in the ISR) the partition's leader as an operator
+        would: a reassignment that puts it first, then a preferred-leader election, by the
+        cluster's controller; returns once every broker's metadata shows it."""
+        controller = next(b.server.controller for b in self.brokers if b.server.controller.active)
+        info = self.brokers[0].server.cache.topic(topic)
+        if info is None or partition not in info.partitions:
+            raise ValueError(f"{topic}-{partition} does not exist")
+        state = info.partitions[partition]
+        if broker_id not in state.isr:
+            raise ValueError(f"broker {broker_id} is not in the ISR {list(state.isr)}")
+        order = (broker_id, *(r for r in state.replicas if r != broker_id))
+        for step in (
+            lambda: controller.alter_reassignments({(topic, partition): order}),
+            lambda: controller.elect_leaders(False, [(topic, partition)]),
+        ):
+            for code, message in step().values():
+                if code.value not in (0, 84):  # none; ELECTION_NOT_NEEDED
+                    what = f"moving the leader of {topic}-{partition}"
+                    raise RuntimeError(f"{what}: {message or code.name}")
+        deadline = time.monotonic() + timeout
+        while not all(
+            (t := b.server.cache.topic(topic)) is not None
+            and t.partitions[partition].leader == broker_id
+            for b in self.brokers
+        ):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}-{partition}: broker {broker_id} did not lead")
+            time.sleep(0.02)
+
+    def move_coordinator(self, group: str, broker_id: int) -> None:
+        """Make ``broker_id`` the coordinator of ``group`` on every broker: FindCoordinator
+        names it, the old coordinator answers NOT_COORDINATOR, members rejoin there."""
+        for b in self.brokers:
+            b.server.coordinator_overrides[group] = broker_id
+
 
 CLUSTER_DEFAULTS: dict[str, str] = {
     "zookeeper.session.timeout.ms": "10000",

@@ -95,6 +95,8 @@ class KafkaServer:
         self.static_config = config
         self.broker_id = config.broker_id
         self._store = store
+        self.coordinator_overrides: dict[str, int] = {}
+        """Group id -> the broker a test moved its coordinator to (fault injection)."""
         self._started = False
         self._stopped = threading.Event()
         self.metrics = BrokerMetrics()
@@ -557,7 +559,11 @@ class KafkaServer:
         self.controller.elect()
 
     def _coordinator_of(self, group_id: str) -> int | None:
-        """The live broker coordinating ``group_id`` (None before any metadata)."""
+        """The live broker coordinating ``group_id`` (None before any metadata); a test's
+        ``coordinator_overrides`` entry first, while that broker is alive."""
+        moved = self.coordinator_overrides.get(group_id)
+        if moved is not None and moved in self.cache.snapshot.brokers:
+            return moved
         return coordinator_for(
             group_id,
             list(self.cache.snapshot.brokers),

@@ -3,9 +3,10 @@
 LeaderAndIsr (4), StopReplica (5), UpdateMetadata (6) and ControlledShutdown (7, from v1:
 v0 has a header without a client id), modelled on Apache Kafka 3.x's
 message schemas, and KplaneFaults (10000, kplane's fault injection, served only with
-``kplane.faults.enable=true``), in kio's generated form: ``<api>/v<N>/request.py`` and ``response.py``
-hold frozen slotted dataclasses that ``kio.serial`` reads and writes like its own. The
-``<api>/`` packages are generated from ``json/`` by ``generate.py`` (``make schemas``).
+``kplane.faults.enable=true``), in kio's generated form: ``<api>/v<N>/request.py`` and
+``response.py`` hold frozen slotted dataclasses that ``kio.serial`` reads and writes like its
+own. The ``<api>/`` packages are generated from ``json/`` by ``generate.py`` (``make
+schemas``).
 """
 
 from __future__ import annotations

@@ -222,7 +222,8 @@ def test_invalid_topic_change_and_unknown_topic(broker: RunningBroker, tool: Too
 def _cli_has_configs() -> bool:
     try:
         with contextlib.redirect_stderr(io.StringIO()):
-            build_parser(["configs"]).parse_args(["configs", "--bootstrap-server", "h:1", "--describe"])
+            argv = ["configs", "--bootstrap-server", "h:1", "--describe"]
+            build_parser(argv).parse_args(argv)
     except SystemExit:
         return False
     return True

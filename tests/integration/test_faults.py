@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.list_offsets.v7.request import (
     ListOffsetsPartition,
     ListOffsetsRequest,
@@ -191,3 +192,45 @@ def test_kplane_faults_is_for_super_users_under_an_authorizer(
         assert done.returncode == expected, done.stderr
         if user == "alice":
             assert "CLUSTER_AUTHORIZATION_FAILED" in done.stderr.upper()
+
+
+def test_move_leader_and_move_coordinator_on_a_cluster(kafka_cluster) -> None:  # type: ignore[no-untyped-def]
+    cluster = kafka_cluster(brokers=3)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic("moved", 1, 3)])["moved"].result(15)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
+                         "enable.idempotence": True})
+    errors: list[KafkaError | None] = []
+    for target in (1, 2, 0):
+        deadline = time.monotonic() + 30
+        while set(admin.list_topics("moved", timeout=10).topics["moved"].partitions[0].isrs) != {
+            0, 1, 2
+        }:
+            assert time.monotonic() < deadline, "the ISR never held three replicas"
+            time.sleep(0.05)
+        cluster.move_leader("moved", 0, target)
+        (part,) = admin.list_topics("moved", timeout=10).topics["moved"].partitions.values()
+        assert part.leader == target
+        producer.produce("moved", b"%d" % target, on_delivery=lambda err, _m: errors.append(err))
+        producer.flush(30)
+    assert errors == [None, None, None]
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "movers",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(["moved"])
+    first = consumer.poll(20)
+    assert first is not None and first.error() is None
+    consumer.commit(first, asynchronous=False)
+    coordinator = admin.describe_consumer_groups(["movers"])["movers"].result(15).coordinator.id
+    elsewhere = next(b for b in (0, 1, 2) if b != coordinator)
+    cluster.move_coordinator("movers", elsewhere)
+    read = 1
+    while read < 3:  # the consumer finds its new coordinator and goes on
+        message = consumer.poll(20)
+        assert message is not None and message.error() is None
+        consumer.commit(message, asynchronous=False)
+        read += 1
+    fresh = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})  # no cached lookup
+    described = fresh.describe_consumer_groups(["movers"])["movers"].result(15)
+    consumer.close()
+    assert described.coordinator.id == elsewhere

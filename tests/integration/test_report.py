@@ -210,9 +210,14 @@ class TestSparkReport:
     ) -> None:
         write_results(tmp_path, ("shared", "separated"), parts=1, samples=False)
         assert report.run(cli_args(tmp_path)) == 0
-        printed = capsys.readouterr().out.split()
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].startswith("control-plane p99: shared ")  # the headline first
+        assert "(shared/separated " in lines[0]
+        assert lines[1] == f"Spark's own output: {tmp_path / 'spark.log'}; files written:"
+        printed = lines[2:]
         assert {Path(p).name for p in printed} >= {"report.md", "queue_size.png"}
         assert all(Path(p).parent == tmp_path for p in printed)
+        assert (tmp_path / "spark.log").exists()
         markdown = (tmp_path / "report.md").read_text()
         assert "Control-plane p99, separated ÷ idle: **n/a** (separated " in markdown
         assert "idle n/a)" in markdown

@@ -18,12 +18,14 @@ import pytest
 
 from testing.plugin import BrokerProcess, free_port
 from tools.loadtest import runner as loadtest
-from tools.loadtest.placement import available_cpus, split_options
+from tools.loadtest.placement import available_cpus, default_split
 from tools.loadtest.results import request_schema, sample_schema
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("loadtest")]
 
 SHORT = [
+    "--json",
+    "--load-client", "confluent",
     "--duration", "3",
     "--warmup", "0.5",
     "--producers", "2",
@@ -73,8 +75,7 @@ def run_loadtest(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
 
 def test_three_scenarios_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results"
-    placement = split_options(sorted(available_cpus()))  # as bench/control_plane.py runs it
-    summary = run_loadtest([*SHORT, *placement, "--out", str(out)], capsys)
+    summary = run_loadtest([*SHORT, "--out", str(out)], capsys)  # the default placement
     assert json.loads((out / "summary.json").read_text()) == summary
 
     rows = requests_of(out)
@@ -122,9 +123,11 @@ def test_three_scenarios_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixt
         "CONTROLLER://"
     )
     assert summary["options"]["producers"] == 2
-    if placement:
-        assert summary["options"]["broker_cpus"] == placement[1]
+    split = default_split(sorted(available_cpus()))
+    if split is not None:
+        assert summary["options"]["broker_cpus"] == split[0]
         assert summary["options"]["load_idle"] is True
+        assert summary["options"]["placement"].startswith(f"brokers on CPU {split[0]}")
     for scenario in ("idle", "shared", "separated"):
         assert (out / f"{scenario}-broker.log").is_file()
 

@@ -15,8 +15,9 @@ from tools.loadtest.controller import Endpoint
 from tools.loadtest.placement import (
     Placement,
     available_cpus,
+    default_split,
+    describe_placement,
     parse_cpus,
-    split_options,
 )
 from tools.loadtest.progress import Progress
 from tools.loadtest.scenarios import (
@@ -254,8 +255,10 @@ def test_the_client_is_pinned_meanwhile_then_restored() -> None:
         assert os.sched_getaffinity(0) == before
 
 
-def test_split_options() -> None:
-    assert split_options([0]) == []
-    assert split_options([3, 1, 2]) == [
-        "--broker-cpus", "1", "--client-cpus", "2,3", "--load-idle",
-    ]  # fmt: skip
+def test_default_split_and_its_description() -> None:
+    assert default_split([0]) is None
+    assert default_split([3, 1, 2]) == ("1", "2,3")
+    assert describe_placement("1", "2,3", True, 3) == (
+        "brokers on CPU 1, fake controller and load on CPU 2,3, the load under SCHED_IDLE"
+    )
+    assert describe_placement(None, None, False, 1).startswith("no placement (one CPU")

@@ -56,9 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--producers",
         type=int,
-        default=64,
-        help="producer connections (default 64: a broker works on one request per connection "
-        "at a time, so the data queue fills only with many connections)",
+        default=None,
+        help="data connections (default 500 with the wire load, 64 with confluent: a broker "
+        "works on one request per connection at a time, so the data queue fills only with "
+        "many connections)",
     )
     parser.add_argument(
         "--partitions",
@@ -81,9 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--load-client",
         choices=("confluent", "wire"),
-        default="confluent",
-        help="confluent: librdkafka Producers (default); wire: light connections sending one "
-        "Produce each at a time, for hundreds of connections (a data queue hundreds deep)",
+        default="wire",
+        help="wire (default): light connections sending one Produce each at a time, for "
+        "hundreds of connections (a data queue hundreds deep); confluent: librdkafka Producers",
     )
     parser.add_argument("--record-size", type=int, default=512, help="value bytes (default 512)")
     parser.add_argument(
@@ -156,6 +157,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CPU list for the fake controller, the scraper and the producers (default: any)",
     )
     placement.add_argument(
+        "--no-placement",
+        action="store_true",
+        help="let the OS place every process (by default, with two CPUs or more, started "
+        "brokers get the first CPU and the fake controller and the load the others, the load "
+        "under SCHED_IDLE)",
+    )
+    placement.add_argument(
         "--load-idle",
         action="store_true",
         help="run the producers under SCHED_IDLE: they take only CPU time nothing else wants, "
@@ -166,6 +174,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="output directory (default ./loadtest-results/<timestamp>)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the whole summary (summary.json) instead of the table",
     )
     external = parser.add_argument_group("a running broker instead of started ones")
     external.add_argument("--bootstrap-server", metavar="HOST:PORT", help="data endpoint")

@@ -72,11 +72,25 @@ class Placement:
             os.sched_setaffinity(0, previous)
 
 
-def split_options(cpus: Sequence[int]) -> list[str]:
-    """``kplane loadtest`` options giving started brokers the first of ``cpus`` and the
-    clients the others, the producers under SCHED_IDLE; none when there is a single CPU."""
+def default_split(cpus: Sequence[int]) -> tuple[str, str] | None:
+    """(broker CPUs, client CPUs) of ``kplane loadtest``'s default placement: the first of
+    ``cpus`` for started brokers, the others for the fake controller and the load (which
+    then runs under SCHED_IDLE); None when there is a single CPU."""
     ordered = sorted(cpus)
     if len(ordered) < 2:
-        return []
-    rest = ",".join(map(str, ordered[1:]))
-    return ["--broker-cpus", str(ordered[0]), "--client-cpus", rest, "--load-idle"]
+        return None
+    return str(ordered[0]), ",".join(map(str, ordered[1:]))
+
+
+def describe_placement(
+    broker_cpus: str | None, client_cpus: str | None, load_idle: bool, cpus: int
+) -> str:
+    """What ran where, and why, in one line for the summary."""
+    if broker_cpus is None and client_cpus is None:
+        why = "one CPU: nothing to separate" if cpus < 2 else "--no-placement or external"
+        return f"no placement ({why}): every process wherever the OS puts it"
+    idle = ", the load under SCHED_IDLE" if load_idle else ""
+    return (
+        f"brokers on CPU {broker_cpus or 'any'}, fake controller and load on CPU "
+        f"{client_cpus or 'any'}{idle}"
+    )

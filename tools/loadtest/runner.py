@@ -52,7 +52,13 @@ from tools.loadtest.cli import add_arguments
 from tools.loadtest.controller import API_TITLES, ControlPlan, ControlResult, FakeController
 from tools.loadtest.leader_moves import LeaderMover
 from tools.loadtest.metrics import Scraper
-from tools.loadtest.placement import Placement, parse_cpus
+from tools.loadtest.placement import (
+    Placement,
+    available_cpus,
+    default_split,
+    describe_placement,
+    parse_cpus,
+)
 from tools.loadtest.producers import (
     FLUSH_TIMEOUT_S,
     READY_TIMEOUT_S,
@@ -76,6 +82,7 @@ from tools.loadtest.scenarios import (
     started_broker,
     started_cluster,
 )
+from tools.loadtest.table import summary_table
 from tools.loadtest.topics import (
     CONTROL_PARTITIONS,
     CONTROL_TOPIC,
@@ -101,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run every scenario, write the results, print the summary; 0, 1 (a scenario could not
     run) or 2 (bad options)."""
+    if args.producers is None:
+        args.producers = 500 if args.load_client == "wire" else 64
     try:
         scenarios, external = _check(args)
         placement = _placement(args)
@@ -137,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         write_parquet(out, runs)
         summary = summarize(runs, _options(args, out))
         write_summary(out, summary)
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(summary, indent=2) if args.json else summary_table(summary))
     for failure in failures:
         print(f"kplane loadtest: {failure}", file=sys.stderr)
     return 1 if failures else 0
@@ -212,13 +221,25 @@ def _check(args: argparse.Namespace) -> tuple[list[str], Target | None]:
 
 
 def _placement(args: argparse.Namespace) -> Placement:
-    """The processes' CPU sets; ValueError on bad options."""
+    """The processes' CPU sets: as the options say, else (started brokers, two CPUs or more,
+    no ``--no-placement``) the broker on the first CPU and the rest for the fake controller
+    and the load, under SCHED_IDLE; ValueError on bad options. ``args.placement`` says in
+    words what ran and why."""
     if args.broker_cpus and args.bootstrap_server:
         raise ValueError("--broker-cpus applies to started brokers, not --bootstrap-server")
-    return Placement(
+    if not (args.broker_cpus or args.client_cpus or args.no_placement or args.bootstrap_server):
+        split = default_split(sorted(available_cpus()))
+        if split is not None:
+            args.broker_cpus, args.client_cpus = split
+            args.load_idle = True
+    placement = Placement(
         parse_cpus(args.broker_cpus) if args.broker_cpus else None,
         parse_cpus(args.client_cpus) if args.client_cpus else None,
     )
+    args.placement = describe_placement(
+        args.broker_cpus, args.client_cpus, args.load_idle, len(available_cpus())
+    )
+    return placement
 
 
 def _scenario(

@@ -163,9 +163,44 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    print(headline(result))
+    print(f"Spark's own output: {out_dir / 'spark.log'}; files written:")
     for path in result.paths:
         print(path)
     return 0
+
+
+def headline(result: ReportResult) -> str:
+    """The numbers that matter, first: control-plane p99 per scenario and the ratios."""
+    p99 = ", ".join(
+        f"{name} {value:.2f} ms" for name, value in result.control_p99.items() if value is not None
+    )
+    ratios = [
+        f"{label} {value:.1f}x"
+        for label, value in (
+            ("shared/separated", result.shared_vs_separated),
+            ("separated/idle", result.separated_vs_idle),
+            ("cluster-shared/cluster-separated", result.cluster_shared_vs_separated),
+        )
+        if value is not None
+    ]
+    return f"control-plane p99: {p99}" + (f" ({'; '.join(ratios)})" if ratios else "")
+
+
+@contextmanager
+def _jvm_output_to(path: Path) -> Iterator[None]:
+    """Send what the process writes to its stderr file descriptor (the JVM's log4j start-up
+    lines and warnings included) to ``path`` meanwhile; Python's own errors still raise."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with path.open("ab") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -180,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def build_report(results_dir: Path, out_dir: Path, master: str = "local[*]") -> ReportResult:
     """Analyse ``results_dir`` with Spark and write the report into ``out_dir``."""
     requests_path = _requests_path(results_dir)
-    with spark_session(master) as spark:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with _jvm_output_to(out_dir / "spark.log"), spark_session(master) as spark:
         analysis = analyse(spark, requests_path, results_dir / "samples.parquet")
     return write_report(analysis, results_dir, out_dir, master)
 

@@ -1,0 +1,67 @@
+"""The short summary ``kplane loadtest`` prints: what ran, where, the control-plane latency
+per scenario and the ratios that show KIP-291's point (``--json`` prints everything)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+HEADER = ("scenario", "control p50 ms", "p99 ms", "max ms", "requests", "errors", "data msg/s")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _rows(scenarios: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = [HEADER]
+    for name, scenario in scenarios.items():
+        control = scenario["control"]
+        latency = control["latency_ms"] or {}
+        data = scenario.get("data") or {}
+        rows.append((
+            name,
+            _ms(latency.get("p50")),
+            _ms(latency.get("p99")),
+            _ms(latency.get("max")),
+            str(control["requests"]),
+            str(control["errors"]),
+            f"{data.get('messages_per_s', 0):,.0f}" if data else "-",
+        ))
+    return rows
+
+
+def summary_table(summary: Mapping[str, Any]) -> str:
+    """The lines printed at the end of a run."""
+    options = summary.get("options", {})
+    scenarios = summary["scenarios"]
+    load = options.get("load_client")
+    lines = [
+        f"kplane loadtest: {len(scenarios)} scenario(s) of {options.get('duration')} s, "
+        f"{load} load over {options.get('producers')} connections",
+        f"placement: {options.get('placement', 'not recorded')}",
+        "",
+    ]
+    rows = _rows(scenarios)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    for row in rows:
+        cells = [
+            row[0].ljust(widths[0]),
+            *(v.rjust(w) for v, w in zip(row[1:], widths[1:], strict=True)),
+        ]
+        lines.append("  ".join(cells))
+    ratios = summary.get("ratios", {})
+    headline = [
+        f"{key.replace('_control_p99', '')} control p99: {value:.1f}x"
+        for key, value in ratios.items()
+        if key.endswith("_control_p99")
+    ]
+    if headline:
+        lines += ["", "   ".join(headline)]
+    out = options.get("out")
+    lines += [
+        "",
+        f"results: {out} (summary.json, requests.parquet, samples.parquet); "
+        f"the whole summary: --json; charts and tables: kplane report {out}",
+    ]
+    return "\n".join(lines)
