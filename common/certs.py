@@ -25,19 +25,13 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from common.network.config import JKS_TRUSTSTORE_UNSUPPORTED, JKS_UNSUPPORTED
+
 DEFAULT_PASSWORD = "kplane-secret"
 BROKER_CN = "kplane-broker"
 CLIENT_CN = "kplane-client"
 CA_CN = "kplane-test-ca"
 
-JKS_UNSUPPORTED = (
-    "ssl.keystore.type=JKS is not supported: convert it with keytool -importkeystore "
-    "-srcstoretype JKS -deststoretype PKCS12 -srckeystore STORE.jks -destkeystore STORE.p12"
-)
-JKS_TRUSTSTORE_UNSUPPORTED = (
-    "ssl.truststore.type=JKS is not supported: convert it with keytool -importkeystore "
-    "-srcstoretype JKS -deststoretype PKCS12 -srckeystore STORE.jks -destkeystore STORE.p12"
-)
 
 _PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----\r?\n.*?-----END \1-----\r?\n?", re.DOTALL)
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass
-from typing import Any
-
-from cryptography import x509
+from typing import TYPE_CHECKING, Any
 
 from broker.config.definitions import Password
 from broker.config.endpoint import SecurityProtocol
@@ -19,7 +17,6 @@ from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
 from broker.config.listener_key import ListenerKey
 from broker.security.principal_mapping import ANONYMOUS, SslPrincipalMapper
-from common.certs import load_cert_chain, load_keystore, load_truststore
 
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _CLIENT_AUTH = {
@@ -27,6 +24,9 @@ _CLIENT_AUTH = {
     "requested": ssl.CERT_OPTIONAL,
     "required": ssl.CERT_REQUIRED,
 }
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 
 def _secret(value: Any) -> str | None:
@@ -38,6 +38,9 @@ def server_ssl_context(
 ) -> tuple[ssl.SSLContext, x509.Certificate]:
     """The SSLContext of an SSL listener and its certificate; ConfigException naming the
     key when unusable."""
+    from cryptography import x509  # TLS only: imported when an SSL listener is set up
+
+    from common.certs import load_cert_chain, load_keystore, load_truststore
 
     def get(name: str) -> Any:
         return config.listener_get(listener_name, name)
@@ -120,6 +123,8 @@ class ServerTls:
         der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
         if not der:
             return ANONYMOUS
+        from cryptography import x509
+
         dn = x509.load_der_x509_certificate(der).subject.rfc4514_string()
         return "User:" + self.mapper.get_name(dn)
 

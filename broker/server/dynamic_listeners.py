@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, MutableMapping
 
 import structlog
-from cryptography import x509
 
 from broker.config.errors import ConfigException
 from broker.config.kafka_config import KafkaConfig
@@ -115,6 +114,8 @@ class DynamicListenerConfig:
 
 def _sans(tls: ServerTls) -> set[str]:
     """Subject alternative names of a listener's certificate."""
+    from cryptography import x509  # TLS only
+
     cert = tls.certificate
     try:
         ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value

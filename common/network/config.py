@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from common.certs import JKS_TRUSTSTORE_UNSUPPORTED, JKS_UNSUPPORTED
 from common.jaas import JaasError, parse_jaas_config
 from common.network.sasl import MECHANISMS, SaslCredentials
 
@@ -20,6 +19,16 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 STORE_TYPES = ("PEM", "PKCS12")
 ENDPOINT_IDENTIFICATION = ("https", "", "none")
 JAAS_MODULES = ("PlainLoginModule", "ScramLoginModule")
+
+JKS_UNSUPPORTED = (
+    "ssl.keystore.type=JKS is not supported: convert it with keytool -importkeystore "
+    "-srcstoretype JKS -deststoretype PKCS12 -srckeystore STORE.jks -destkeystore STORE.p12"
+)
+JKS_TRUSTSTORE_UNSUPPORTED = (
+    "ssl.truststore.type=JKS is not supported: convert it with keytool -importkeystore "
+    "-srcstoretype JKS -deststoretype PKCS12 -srckeystore STORE.jks -destkeystore STORE.p12"
+)
+
 
 
 def parse_bootstrap(value: str | list[str]) -> list[tuple[str, int]]:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import ssl
 from typing import TYPE_CHECKING, NoReturn
 
-from common.certs import load_cert_chain, load_keystore, load_truststore
-
 if TYPE_CHECKING:
     from common.network.config import ClientConfig
 
@@ -44,6 +42,8 @@ def tls_failure(address: str, exc: ssl.SSLError) -> SslAuthenticationError | Non
 def client_ssl_context(config: ClientConfig) -> ssl.SSLContext:
     """The SSLContext of ``config``'s ``ssl.*`` settings; ValueError naming the key when a
     file cannot be used."""
+    from common.certs import load_cert_chain, load_keystore, load_truststore  # TLS only
+
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.check_hostname = config.ssl_endpoint_identification_algorithm == "https"

@@ -108,8 +108,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run every scenario, write the results, print the summary; 0, 1 (a scenario could not
     run) or 2 (bad options)."""
-    if args.producers is None:
-        args.producers = 500 if args.load_client == "wire" else 64
     try:
         scenarios, external = _check(args)
         placement = _placement(args)
@@ -171,7 +169,10 @@ def _sigterm_interrupts() -> Iterator[None]:
 
 
 def _check(args: argparse.Namespace) -> tuple[list[str], Target | None]:
-    """The scenarios to run and the external target, if any; ValueError on bad options."""
+    """The scenarios to run and the external target, if any; ValueError on bad options.
+    ``--producers`` left out becomes the load client's default (500 wire, 64 confluent)."""
+    if args.producers is None:
+        args.producers = 500 if args.load_client == "wire" else 64
     for name in (
         "duration",
         "producers",
