@@ -581,3 +581,13 @@ def produce_paced(
         tick()
     return sent, False
 
+
+def emit_json(result: dict[str, Any], out: str | None) -> None:
+    """Print a benchmark's JSON result on stdout, and write it to ``out`` when given."""
+    import json
+
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")
+

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _baselines import REPO_ROOT, free_port, read_proc_status
+from _baselines import REPO_ROOT, emit_json, free_port, read_proc_status
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import broker
@@ -235,10 +235,7 @@ def main() -> None:
     if os.environ.get("PYTHONPATH"):
         _progress(f"PYTHONPATH={os.environ['PYTHONPATH']}")
     result = run(args)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit_json(result, args.out)
 
 
 if __name__ == "__main__":

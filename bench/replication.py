@@ -96,6 +96,7 @@ from _baselines import (
     LOOPBACK,
     REPO_ROOT,
     Throttled,
+    emit_json,
     event_time,
     free_port,
     machine,
@@ -1227,10 +1228,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     result["wall_seconds"] = round(time.monotonic() - began, 1)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit_json(result, args.out)
     _progress(f"done in {result['wall_seconds']} s")
     if interrupted:
         return 130

@@ -19,7 +19,6 @@ Bounded: a few dozen brokers started and stopped. ``.venv/bin/python bench/start
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -31,7 +30,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _baselines import REPO_ROOT, TansuTarget, TargetError, find_kplane, free_port, machine
+from _baselines import (
+    REPO_ROOT,
+    TansuTarget,
+    TargetError,
+    emit_json,
+    find_kplane,
+    free_port,
+    machine,
+)
 
 
 def _api_versions(port: int, timeout_s: float = 30.0) -> None:
@@ -174,10 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             "tansu": tansu(args.runs, not args.no_install),
         },
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit_json(result, args.out)
     return 0
 
 

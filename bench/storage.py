@@ -47,7 +47,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from _baselines import LOOPBACK, REPO_ROOT, event_time, free_port, machine, read_proc_status
+from _baselines import (
+    LOOPBACK,
+    REPO_ROOT,
+    emit_json,
+    event_time,
+    free_port,
+    machine,
+    read_proc_status,
+)
 
 from tools.serve_process import ServeFailed, ServeProcess, json_events, spawn_serve
 
@@ -842,10 +850,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     result["wall_seconds"] = round(time.monotonic() - began, 1)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit_json(result, args.out)
     _progress(f"done in {result['wall_seconds']} s")
     return 130 if interrupted else 0
 

@@ -54,7 +54,6 @@ import contextlib
 import datetime as _dt
 import functools
 import gc
-import json
 import math
 import os
 import platform
@@ -75,6 +74,7 @@ from _baselines import (
     Target,
     TargetError,
     Throttled,
+    emit_json,
     produce_paced,
 )
 
@@ -1172,10 +1172,8 @@ def main(argv: list[str] | None = None) -> int:
     result["wall_seconds"] = round(time.monotonic() - started, 1)
     result["elapsed_s"] = result["wall_seconds"]  # older name of the same figure
     result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    text = json.dumps(result, indent=2)
-    print(text)
+    emit_json(result, args.out)
     if args.out:
-        Path(args.out).write_text(text + "\n")
         log(f"wrote {args.out}")
     log(f"done in {result['wall_seconds']} s")
     return 130 if interrupted else 0

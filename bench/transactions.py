@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _baselines import KplaneTarget, MockTarget, TansuTarget, Target
+from _baselines import KplaneTarget, MockTarget, TansuTarget, Target, emit_json
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -198,10 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         "record_bytes": len(RECORD),
         "targets": {name: run_target(name, records, commits) for name in args.targets.split(",")},
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit_json(result, args.out)
     return 0
 
 

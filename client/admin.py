@@ -461,17 +461,7 @@ class Admin:
                 bool(t.is_internal),
                 tuple(
                     sorted(
-                        (
-                            PartitionMetadata(
-                                int(p.partition_index),
-                                int(p.leader_id),
-                                int(p.leader_epoch),
-                                tuple(int(r) for r in p.replica_nodes),
-                                tuple(int(r) for r in p.isr_nodes),
-                                p.error_code,
-                            )
-                            for p in t.partitions
-                        ),
+                        (PartitionMetadata.of(p) for p in t.partitions),
                         key=lambda p: p.partition,
                     )
                 ),

@@ -67,6 +67,18 @@ class PartitionMetadata:
     isr: tuple[int, ...]
     error: ErrorCode = ErrorCode.none
 
+    @classmethod
+    def of(cls, partition: Any) -> PartitionMetadata:
+        """From a Metadata response's partition entry."""
+        return cls(
+            int(partition.partition_index),
+            int(partition.leader_id),
+            int(partition.leader_epoch),
+            tuple(int(r) for r in partition.replica_nodes),
+            tuple(int(r) for r in partition.isr_nodes),
+            partition.error_code,
+        )
+
 
 @dataclass
 class ClusterMetadata:
@@ -354,15 +366,7 @@ class KafkaClient:
                 cluster.topics.pop(name, None)
                 continue
             cluster.topics[name] = {
-                int(p.partition_index): PartitionMetadata(
-                    int(p.partition_index),
-                    int(p.leader_id),
-                    int(p.leader_epoch),
-                    tuple(int(r) for r in p.replica_nodes),
-                    tuple(int(r) for r in p.isr_nodes),
-                    p.error_code,
-                )
-                for p in topic.partitions
+                int(p.partition_index): PartitionMetadata.of(p) for p in topic.partitions
             }
             topic_id = getattr(topic, "topic_id", None)
             if topic_id is not None:

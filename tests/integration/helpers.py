@@ -259,3 +259,36 @@ def assert_one_error_line(done: subprocess.CompletedProcess[str], *mentions: str
     line = json.dumps(errors[0])
     for mention in mentions:
         assert mention in line, f"{mention!r} not in the error line {line}"
+
+
+PLAIN_USERS_JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'user_admin="admin-secret" user_alice="alice-secret";'
+)
+"""A SASL/PLAIN listener's users: admin and alice, each with the password ``<user>-secret``."""
+
+
+def secured_broker_overrides(**extra: str) -> dict[str, str]:
+    """One SASL_PLAINTEXT listener with :data:`PLAIN_USERS_JAAS`'s users, an authorizer with
+    ``User:admin`` as super user, and the broker's own SASL inter-broker listener."""
+    return with_inter_broker_sasl(
+        {
+            "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_USERS_JAAS,
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "super.users": "User:admin",
+            **extra,
+        }
+    )
+
+
+def command_config(path: Path, user: str) -> Path:
+    """A ``--command-config`` file logging in as ``user`` (password ``<user>-secret``) with
+    SASL/PLAIN over SASL_PLAINTEXT."""
+    path.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        f"sasl.username={user}\nsasl.password={user}-secret\n"
+    )
+    return path
+

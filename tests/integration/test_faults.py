@@ -23,7 +23,7 @@ from protocol.errors import ErrorCode
 from protocol.records import build_batch
 from testing.plugin import REPO_ROOT, RunningBroker
 
-from .helpers import produce, recs, with_inter_broker_sasl
+from .helpers import command_config, produce, recs, secured_broker_overrides
 
 
 def _count(broker: RunningBroker, topic: str) -> int:
@@ -170,24 +170,10 @@ def test_kplane_faults_is_refused_when_off(broker: RunningBroker) -> None:
 def test_kplane_faults_is_for_super_users_under_an_authorizer(
     broker_factory, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
-    broker = broker_factory(with_inter_broker_sasl({
-        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
-            "org.apache.kafka.common.security.plain.PlainLoginModule required "
-            'user_admin="admin-secret" user_alice="alice-secret";'
-        ),
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin",
-        "kplane.faults.enable": "true",
-    }))
-    config = tmp_path / "client.properties"
+    broker = broker_factory(secured_broker_overrides(**{"kplane.faults.enable": "true"}))
     bootstrap = broker.bootstrap("SASL_PLAINTEXT")
     for user, expected in (("alice", 1), ("admin", 0)):
-        config.write_text(
-            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
-            f"sasl.username={user}\nsasl.password={user}-secret\n"
-        )
+        config = command_config(tmp_path / f"{user}.properties", user)
         done = _faults(bootstrap, "--command-config", str(config), "rtt", "--ms", "1")
         assert done.returncode == expected, done.stderr
         if user == "alice":

@@ -16,7 +16,7 @@ from kafka.errors import KafkaError as KafkaPythonError
 
 from testing.plugin import REPO_ROOT, RunningBroker
 
-from .helpers import with_inter_broker_sasl
+from .helpers import command_config, secured_broker_overrides, with_inter_broker_sasl
 
 
 def kplane(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -221,22 +221,9 @@ def test_the_tools_take_a_command_config(sasl_broker: RunningBroker, tmp_path: P
 
 
 def test_acls_add_list_remove_with_their_effect(broker_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    broker = broker_factory(with_inter_broker_sasl({
-        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
-            "org.apache.kafka.common.security.plain.PlainLoginModule required "
-            'user_admin="admin-secret" user_alice="alice-secret";'
-        ),
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin",
-    }))
+    broker = broker_factory(secured_broker_overrides())
     bootstrap = broker.bootstrap("SASL_PLAINTEXT")
-    config = tmp_path / "admin.properties"
-    config.write_text(
-        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
-        "sasl.username=admin\nsasl.password=admin-secret\n"
-    )
+    config = command_config(tmp_path / "admin.properties", "admin")
     b = ("--bootstrap-server", bootstrap, "--command-config", str(config))
     ok("topics", *b, "--create", "--topic", "orders")
     def alice_produces() -> bool:
@@ -286,11 +273,7 @@ def test_configs_entity_type_users_manages_scram_credentials(  # type: ignore[no
         ),
     }))
     bootstrap = broker.bootstrap("SASL_PLAINTEXT")
-    config = tmp_path / "admin.properties"
-    config.write_text(
-        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
-        "sasl.username=admin\nsasl.password=admin-secret\n"
-    )
+    config = command_config(tmp_path / "admin.properties", "admin")
     b = ("--bootstrap-server", bootstrap, "--command-config", str(config))
     out = ok("configs", *b, "--alter", "--add-config",
              "SCRAM-SHA-256=[iterations=8192,password=alice-secret]",
