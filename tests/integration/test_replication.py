@@ -407,8 +407,11 @@ def test_kill_9_of_the_leader_under_an_idempotent_producer(
             return None
         return (md.leader, tuple(sorted(md.isrs))) if md is not None else None
 
-    wait_value(lambda: (s := isr_and_leader()) is not None and s[1] == (0, 1, 2), timeout=30)
-    leader = isr_and_leader()[0]  # type: ignore[index]
+    settled = wait_value(
+        lambda: s if (s := isr_and_leader()) is not None and s[1] == (0, 1, 2) else None,
+        timeout=30,
+    )
+    leader = settled[0]  # the state seen, not a second ask that may time out
     acked: list[int] = []
     failed: list[Any] = []
 

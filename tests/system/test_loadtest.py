@@ -24,7 +24,6 @@ from tools.loadtest.results import request_schema, sample_schema
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("loadtest")]
 
 SHORT = [
-    "--json",
     "--load-client", "confluent",
     "--duration", "3",
     "--warmup", "0.5",
@@ -66,8 +65,9 @@ def run_report(out: Path, report_dir: Path) -> list[dict[str, str]]:
 
 
 def run_loadtest(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
-    """Run ``kplane loadtest`` in this process; its summary (stdout holds nothing else)."""
-    code = loadtest.main(argv)
+    """Run ``kplane loadtest --json`` in this process; its summary (stdout holds nothing
+    else)."""
+    code = loadtest.main(["--json", *argv])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     return json.loads(captured.out)

@@ -33,6 +33,7 @@ PLANE = {"cluster-shared": "data", "cluster-separated": "control"}
 """The plane each scenario's brokers serve controller requests on."""
 SHORT = [
     "--scenarios", "cluster",
+    "--load-client", "confluent",
     "--duration", "4",
     "--warmup", "0.5",
     "--producers", "2",
