@@ -9,6 +9,7 @@ be reached is retried with backoff until it is removed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -141,11 +142,25 @@ class BrokerChannelManager:
         self.name = name
         self._channels: dict[int, _BrokerChannel] = {}
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
+    def _run(self) -> None:
+        """The loop until ``shutdown`` stops it; then what is still pending is cancelled and
+        finished, and the loop closed (no task or socket is left for the collector)."""
+        try:
+            self._loop.run_forever()
+        finally:
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self._loop.close()
+
     def _call(self, fn: Callable[[], Any]) -> None:
-        self._loop.call_soon_threadsafe(fn)
+        with contextlib.suppress(RuntimeError):  # the loop closed at shutdown: nothing runs
+            self._loop.call_soon_threadsafe(fn)
 
     def add_broker(self, registration: BrokerRegistration) -> None:
         """Open a channel to a live broker (its registration names the endpoint)."""
