@@ -120,9 +120,9 @@ def expected_rows(requests: pd.DataFrame) -> dict[tuple[str, str, str], dict[str
     return expected
 
 
-def control_p99(requests: pd.DataFrame, scenario: str) -> float:
+def control_latency(requests: pd.DataFrame, scenario: str, q: float = 99) -> float:
     mask = (requests["scenario"] == scenario) & (requests["plane"] == "control")
-    return float(np.percentile(requests.loc[mask, "latency_ms"], 99))
+    return float(np.percentile(requests.loc[mask, "latency_ms"], q))
 
 
 def cli_args(results_dir: Path, **overrides: Any) -> argparse.Namespace:
@@ -183,9 +183,12 @@ class TestSparkReport:
     def test_headline_ratios(self, full_run: Any) -> None:
         requests, result, _ = full_run
         shared, separated, idle = (
-            control_p99(requests, s) for s in ("shared", "separated", "idle")
+            control_latency(requests, s) for s in ("shared", "separated", "idle")
         )
         assert result.control_p99["shared"] == pytest.approx(shared, rel=1e-9)
+        assert result.control_p50["separated"] == pytest.approx(
+            control_latency(requests, "separated", 50), rel=1e-9
+        )
         assert result.shared_vs_separated == pytest.approx(shared / separated, rel=1e-9)
         assert result.separated_vs_idle == pytest.approx(separated / idle, rel=1e-9)
         assert result.shared_vs_separated > 10
@@ -211,10 +214,13 @@ class TestSparkReport:
         write_results(tmp_path, ("shared", "separated"), parts=1, samples=False)
         assert report.run(cli_args(tmp_path)) == 0
         lines = capsys.readouterr().out.splitlines()
-        assert lines[0].startswith("control-plane p99: shared ")  # the headline first
-        assert "(shared/separated " in lines[0]
-        assert lines[1] == f"Spark's own output: {tmp_path / 'spark.log'}; files written:"
-        printed = lines[2:]
+        # the headline first: p50/p99 per scenario, then the ratios there are
+        assert lines[0].startswith("control-plane p50/p99: shared ")
+        assert ", separated " in lines[0] and lines[0].endswith(" ms")
+        assert lines[1].startswith("ratios: p99 shared/separated ")
+        assert "; p50 shared/separated " in lines[1] and "idle" not in lines[1]
+        assert lines[2] == f"Spark's own output: {tmp_path / 'spark.log'}; files written:"
+        printed = lines[3:]
         assert {Path(p).name for p in printed} >= {"report.md", "queue_size.png"}
         assert all(Path(p).parent == tmp_path for p in printed)
         assert (tmp_path / "spark.log").exists()

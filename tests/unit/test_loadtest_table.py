@@ -37,7 +37,26 @@ def test_the_table_names_what_ran_the_latencies_and_the_ratios() -> None:
     assert lines[1].startswith("placement: brokers on CPU 0")
     assert lines[3].split()[:4] == ["scenario", "control", "p50", "ms"]
     assert lines[5].split() == ["shared", "40.00", "150.00", "300.00", "100", "0", "20,000"]
-    assert "shared/separated control p99: 30.0x" in lines[8]
-    assert "separated/idle control p99: 2.5x" in lines[8]
+    assert lines[8:10] == [
+        "shared/separated control p99: 30.0x",
+        "separated/idle control p99: 2.5x",
+    ]
     assert lines[-1].startswith("results: results/x")
     assert len(lines) < 15
+
+
+def test_the_cluster_ratios_name_their_api() -> None:
+    summary = {
+        "scenarios": {
+            "cluster-shared": _scenario(100.0, 300.0, 30_000),
+            "cluster-separated": _scenario(1.0, 12.0, 33_000),
+        },
+        "ratios": {
+            "cluster-shared_control_p99/cluster-separated_control_p99": 25.0,
+            "cluster-shared_LeaderAndIsr_p50/cluster-separated_LeaderAndIsr_p50": 90.0,
+        },
+        "options": {"duration": 10.0, "load_client": "wire", "producers": 500, "out": "r"},
+    }
+    lines = summary_table(summary).splitlines()
+    assert "cluster-shared/cluster-separated control p99: 25.0x" in lines
+    assert "cluster-shared/cluster-separated LeaderAndIsr p50: 90.0x" in lines

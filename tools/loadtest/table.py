@@ -19,16 +19,24 @@ def _rows(scenarios: Mapping[str, Any]) -> list[tuple[str, ...]]:
         control = scenario["control"]
         latency = control["latency_ms"] or {}
         data = scenario.get("data") or {}
-        rows.append((
-            name,
-            _ms(latency.get("p50")),
-            _ms(latency.get("p99")),
-            _ms(latency.get("max")),
-            str(control["requests"]),
-            str(control["errors"]),
-            f"{data.get('messages_per_s', 0):,.0f}" if data else "-",
-        ))
+        rows.append(
+            (
+                name,
+                _ms(latency.get("p50")),
+                _ms(latency.get("p99")),
+                _ms(latency.get("max")),
+                str(control["requests"]),
+                str(control["errors"]),
+                f"{data.get('messages_per_s', 0):,.0f}" if data else "-",
+            )
+        )
     return rows
+
+
+def _ratio_label(key: str) -> str:
+    """``shared_control_p99/separated_control_p99`` → ``shared/separated control p99``."""
+    top, bottom = (part.split("_", 1) for part in key.split("/"))
+    return f"{top[0]}/{bottom[0]} {top[1].replace('_', ' ')}"
 
 
 def summary_table(summary: Mapping[str, Any]) -> str:
@@ -51,13 +59,8 @@ def summary_table(summary: Mapping[str, Any]) -> str:
         ]
         lines.append("  ".join(cells))
     ratios = summary.get("ratios", {})
-    headline = [
-        f"{key.replace('_control_p99', '')} control p99: {value:.1f}x"
-        for key, value in ratios.items()
-        if key.endswith("_control_p99")
-    ]
-    if headline:
-        lines += ["", "   ".join(headline)]
+    if ratios:
+        lines += ["", *(f"{_ratio_label(key)}: {value:.1f}x" for key, value in ratios.items())]
     out = options.get("out")
     lines += [
         "",

@@ -107,6 +107,7 @@ class Analysis:
     """Everything the report shows; small enough to hold on the driver."""
 
     latency: list[LatencyRow]
+    control_p50: dict[str, float | None]
     control_p99: dict[str, float | None]
     cdf: Curves
     control_over_time: Curves
@@ -125,6 +126,7 @@ class ReportResult:
 
     paths: list[Path]
     latency: list[LatencyRow]
+    control_p50: dict[str, float | None]
     control_p99: dict[str, float | None]
     shared_vs_separated: float | None
     separated_vs_idle: float | None
@@ -171,20 +173,31 @@ def run(args: argparse.Namespace) -> int:
 
 
 def headline(result: ReportResult) -> str:
-    """The numbers that matter, first: control-plane p99 per scenario and the ratios."""
-    p99 = ", ".join(
-        f"{name} {value:.2f} ms" for name, value in result.control_p99.items() if value is not None
+    """The numbers that matter, first: control-plane p50/p99 per scenario, then their ratios."""
+    latencies = ", ".join(
+        f"{name} {_ms_pair(result.control_p50.get(name), p99)} ms"
+        for name, p99 in result.control_p99.items()
     )
     ratios = [
-        f"{label} {value:.1f}x"
-        for label, value in (
-            ("shared/separated", result.shared_vs_separated),
-            ("separated/idle", result.separated_vs_idle),
-            ("cluster-shared/cluster-separated", result.cluster_shared_vs_separated),
+        f"{stat} " + ", ".join(f"{top}/{bottom} {ratio:.1f}x" for (top, bottom), ratio in pairs)
+        for stat, pairs in (
+            ("p99", _present(_ratios(result.control_p99))),
+            ("p50", _present(_ratios(result.control_p50))),
         )
-        if value is not None
+        if pairs
     ]
-    return f"control-plane p99: {p99}" + (f" ({'; '.join(ratios)})" if ratios else "")
+    line = f"control-plane p50/p99: {latencies}"
+    return line + (f"\nratios: {'; '.join(ratios)}" if ratios else "")
+
+
+def _ms_pair(p50: float | None, p99: float | None) -> str:
+    return "/".join("n/a" if v is None else f"{v:.2f}" for v in (p50, p99))
+
+
+def _present(
+    ratios: dict[tuple[str, str], float | None],
+) -> list[tuple[tuple[str, str], float]]:
+    return [(pair, ratio) for pair, ratio in ratios.items() if ratio is not None]
 
 
 @contextmanager
@@ -284,9 +297,11 @@ def analyse(spark: SparkSession, requests_path: Path, samples_path: Path) -> Ana
     try:
         if timed.isEmpty():
             raise ReportError(f"{requests_path} holds no requests")
+        control_p50, control_p99 = control_latency(timed)
         return Analysis(
             latency=latency_table(timed),
-            control_p99=control_p99(timed),
+            control_p50=control_p50,
+            control_p99=control_p99,
             cdf=cdf_curves(timed),
             control_over_time=control_latency_over_time(timed),
             throughput=throughput_curves(timed),
@@ -363,17 +378,23 @@ def _latency_row(r: Row) -> LatencyRow:
     )
 
 
-def control_p99(requests: DataFrame) -> dict[str, float | None]:
-    """scenario → exact p99 latency of all its control-plane requests."""
+def control_latency(
+    requests: DataFrame,
+) -> tuple[dict[str, float | None], dict[str, float | None]]:
+    """scenario → exact p50, and scenario → exact p99, of all its control-plane requests."""
     from pyspark.sql import functions as F
 
     rows = (
         requests.filter(F.col("plane") == "control")
         .groupBy("scenario")
-        .agg(F.percentile("latency_ms", 0.99).alias("p99"))
+        .agg(F.percentile("latency_ms", [0.5, 0.99]).alias("q"))
         .collect()
     )
-    return {r["scenario"]: r["p99"] for r in sorted(rows, key=lambda r: _order(r["scenario"]))}
+    ordered = sorted(rows, key=lambda r: _order(r["scenario"]))
+    return (
+        {r["scenario"]: (r["q"] or [None, None])[0] for r in ordered},
+        {r["scenario"]: (r["q"] or [None, None])[1] for r in ordered},
+    )
 
 
 def cdf_curves(requests: DataFrame) -> Curves:
@@ -456,11 +477,11 @@ def _order(scenario: str, *rest: str) -> tuple[Any, ...]:
     return (rank, scenario, *rest)
 
 
-def _ratios(p99: dict[str, float | None]) -> dict[tuple[str, str], float | None]:
-    """(a, b) → control-plane p99 of a ÷ that of b, for HEADLINE_PAIRS; None if one is missing."""
+def _ratios(latency: dict[str, float | None]) -> dict[tuple[str, str], float | None]:
+    """(a, b) → a's control-plane latency ÷ b's, for HEADLINE_PAIRS; None if one is missing."""
     ratios: dict[tuple[str, str], float | None] = {}
     for top, bottom in HEADLINE_PAIRS:
-        numerator, denominator = p99.get(top), p99.get(bottom)
+        numerator, denominator = latency.get(top), latency.get(bottom)
         ratios[top, bottom] = (
             None if numerator is None or not denominator else numerator / denominator
         )
@@ -488,6 +509,7 @@ def write_report(analysis: Analysis, results_dir: Path, out_dir: Path, master: s
     return ReportResult(
         paths=[markdown, page, table, *charts],
         latency=analysis.latency,
+        control_p50=analysis.control_p50,
         control_p99=analysis.control_p99,
         shared_vs_separated=ratios["shared", "separated"],
         separated_vs_idle=ratios["separated", "idle"],
