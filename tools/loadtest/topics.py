@@ -25,6 +25,8 @@ DATA_TOPIC = "loadtest-data"
 CONTROL_TOPIC = "loadtest-control"
 CONTROL_PARTITIONS = 4
 READY_TIMEOUT_S = 30.0
+GOING_ON = (KafkaError.TOPIC_ALREADY_EXISTS, KafkaError.REQUEST_TIMED_OUT)
+"""CreateTopics errors after which the topic is there (or soon will be)."""
 
 
 class TopicError(Exception):
@@ -56,7 +58,9 @@ class TopicState:
 
 def create_topics(bootstrap: str, topics: dict[str, int], replication_factor: int = 1) -> None:
     """Create ``topics`` (name -> partitions; existing ones are kept) and wait until every
-    partition has a leader."""
+    partition has a leader. A creation the broker timed out goes on (Kafka's
+    REQUEST_TIMED_OUT: the topic exists, its leaders are still being elected), so that is
+    waited for too."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     new = [
         NewTopic(name, num_partitions=n, replication_factor=replication_factor)
@@ -66,7 +70,7 @@ def create_topics(bootstrap: str, topics: dict[str, int], replication_factor: in
         try:
             future.result(timeout=READY_TIMEOUT_S)
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            if exc.args[0].code() not in GOING_ON:
                 raise TopicError(f"cannot create {name}: {exc.args[0].str()}") from None
     deadline = time.monotonic() + READY_TIMEOUT_S
     while not _have_leaders(admin, topics):
