@@ -8,12 +8,14 @@ marker stood. The result is a list of pieces for ``transport.writelines``.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Sequence, Sized
+from typing import Any, TypeVar
 
 from protocol import api
 
 Piece = bytes | memoryview
+P = TypeVar("P", bound=Sized)
+"""A stored slice of batches: bytes, or whatever the broker sends in their place."""
 
 _INT32 = struct.Struct(">i")
 _FLEX_EMPTY_TAIL = b"\x01\x00"  # empty compact array/bytes, then no tagged fields
@@ -43,8 +45,8 @@ def _open(entity: Any, flexible: bool) -> tuple[bytes, bytes]:
 
 
 def encode_fetch_response(
-    response: Any, topics: Sequence[tuple[Any, Sequence[tuple[Any, Sequence[Piece]]]]]
-) -> list[Piece]:
+    response: Any, topics: Sequence[tuple[Any, Sequence[tuple[Any, Sequence[P]]]]]
+) -> list[bytes | P]:
     """Pieces of a Fetch response body.
 
     ``response`` is the FetchResponse with ``responses=()``; each topic entity has
@@ -53,7 +55,7 @@ def encode_fetch_response(
     """
     flexible = bool(response.__flexible__)
     head, tail = _open(response, flexible)
-    pieces: list[Piece] = [head, _length(len(topics), flexible)]
+    pieces: list[bytes | P] = [head, _length(len(topics), flexible)]
     for topic, partitions in topics:
         topic_head, topic_tail = _open(topic, flexible)
         pieces += [topic_head, _length(len(partitions), flexible)]

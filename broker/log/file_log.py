@@ -57,6 +57,7 @@ from broker.log.segment import (
     LogSegment,
 )
 from broker.log.transaction_index import AbortedTxn, TransactionIndex
+from broker.utils.file_region import Transferable
 from broker.utils.files import fsync_dir
 from protocol.fetch_response import Piece
 from protocol.records import (
@@ -365,7 +366,7 @@ class FileLog(Log):
 
     def read(
         self, offset: int, max_bytes: int, min_one_batch: bool, max_offset: int | None = None
-    ) -> list[Piece]:
+    ) -> list[Transferable]:
         for segment in self._segments_from(offset):
             size = limit = segment.size
             if max_offset is not None and max_offset < segment.next_offset:
@@ -380,7 +381,7 @@ class FileLog(Log):
             length = min(max_bytes, limit - batch.position)
             if min_one_batch and batch.size > length:
                 length = min(batch.size, limit - batch.position)
-            return [segment.read(batch.position, length)] if length > 0 else []
+            return [segment.region(batch.position, length)] if length > 0 else []
         return []
 
     def collect_aborted_transactions(

@@ -8,6 +8,7 @@ completed (see :mod:`broker.log.transaction_index`).
 from __future__ import annotations
 
 import bisect
+import itertools
 import struct
 import threading
 from abc import ABC, abstractmethod
@@ -20,8 +21,8 @@ import structlog
 from broker.log.leader_epoch_cache import LeaderEpochCache
 from broker.log.producer_state import CompletedTxn, ProducerStateManager
 from broker.log.transaction_index import AbortedTxn, TransactionIndex
+from broker.utils.file_region import FileRegion, Transferable
 from protocol.errors import ErrorCode, KafkaError
-from protocol.fetch_response import Piece
 from protocol.records import (
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
@@ -102,23 +103,18 @@ def first_at_or_after(
     return None
 
 
-def next_offset_after(pieces: Sequence[Piece]) -> int | None:
+def next_offset_after(pieces: Sequence[Transferable]) -> int | None:
     """The offset after the last whole batch in ``pieces`` (batches laid end to end, cut
     anywhere, as :meth:`Log.read` returns them); None when they hold no whole batch."""
-    chunks = [memoryview(p).cast("B") for p in pieces]
-    total = sum(len(c) for c in chunks)
+    starts = list(itertools.accumulate((len(p) for p in pieces), initial=0))
+    total = starts.pop()
     head_size = _LAST_OFFSET_DELTA_POS + _LAST_OFFSET_DELTA.size
-    index = start = position = 0  # chunks[index] begins at byte ``start`` of the whole
+    position = 0
     found = None
     while position + head_size <= total:
-        while start + len(chunks[index]) <= position:
-            start += len(chunks[index])
-            index += 1
-        head = bytearray()
-        k, offset = index, position - start
-        while len(head) < head_size:
-            head += chunks[k][offset : offset + head_size - len(head)]
-            k, offset = k + 1, 0
+        head = _read_across(pieces, starts, position, head_size)
+        if len(head) < head_size:
+            break  # a file region cut under the read
         base, length = _PEEK.unpack_from(head)
         size = LOG_OVERHEAD + length
         if length < MIN_BATCH_LENGTH or position + size > total:
@@ -127,6 +123,27 @@ def next_offset_after(pieces: Sequence[Piece]) -> int | None:
         found = base + delta + 1
         position += size
     return found
+
+
+def _read_across(
+    pieces: Sequence[Transferable], starts: list[int], position: int, size: int
+) -> bytes:
+    """``size`` bytes from ``position`` of the pieces laid end to end (``starts``: where
+    each begins); fewer when a file region was cut short."""
+    index = bisect.bisect_right(starts, position) - 1
+    out = bytearray()
+    while len(out) < size and index < len(pieces):
+        piece, offset = pieces[index], position + len(out) - starts[index]
+        want = min(size - len(out), len(piece) - offset)
+        if isinstance(piece, FileRegion):
+            chunk = piece.pread(offset, want)
+            out += chunk
+            if len(chunk) < want:
+                break
+        else:
+            out += memoryview(piece).cast("B")[offset : offset + want]
+        index += 1
+    return bytes(out)
 
 
 def latest_of_max(records: Iterable[Record]) -> tuple[int, int] | None:
@@ -285,9 +302,9 @@ class Log(ABC):
     @abstractmethod
     def read(
         self, offset: int, max_bytes: int, min_one_batch: bool, max_offset: int | None = None
-    ) -> list[Piece]:
+    ) -> list[Transferable]:
         """Whole batches from the one holding ``offset``, up to ``max_bytes``, as pieces
-        to write one after the other (a served prefix and the stored bytes per batch).
+        to write one after the other: the stored bytes, or a region of a segment file.
 
         With ``min_one_batch`` the first batch is returned even when larger (KIP-74). With
         ``max_offset`` (a batch boundary: the last stable offset) only batches below it.
@@ -464,12 +481,12 @@ class MemoryLog(Log):
 
     def read(
         self, offset: int, max_bytes: int, min_one_batch: bool, max_offset: int | None = None
-    ) -> list[Piece]:
+    ) -> list[Transferable]:
         cols = self._cols
         lasts, sizes = cols.lasts, cols.sizes
         count = len(lasts)
         index = bisect.bisect_left(lasts, offset, 0, count)
-        out: list[Piece] = []
+        out: list[Transferable] = []
         total = 0
         while index < count:
             if max_offset is not None and lasts[index] >= max_offset:
@@ -499,6 +516,4 @@ class MemoryLog(Log):
         count = len(cols.lasts)
         if count == 0:
             return None
-        return latest_of_max(
-            self._records(cols, max(range(count), key=cols.max_ts.__getitem__))
-        )
+        return latest_of_max(self._records(cols, max(range(count), key=cols.max_ts.__getitem__)))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from broker.log.offset_index import OffsetIndex, TimeIndex
 from broker.log.transaction_index import TransactionIndex
+from broker.utils.file_region import FileRegion, OpenFile
 from protocol.fetch_response import Piece
 from protocol.records import (
     LOG_OVERHEAD,
@@ -76,7 +77,9 @@ class LogSegment:
         self.base_offset = base_offset
         stem = segment_name(base_offset)
         self.log_path = directory / f"{stem}{LOG_SUFFIX}{suffix}"
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._file: OpenFile | None = OpenFile(
+            os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        )
         self.size = os.fstat(self._fd).st_size
         self.offset_index = OffsetIndex(
             directory / f"{stem}{INDEX_SUFFIX}{suffix}", base_offset, max_index_bytes
@@ -155,6 +158,12 @@ class LogSegment:
     def read(self, position: int, length: int) -> bytes:
         """``length`` bytes from ``position`` (fewer at the end of the file)."""
         return os.pread(self._fd, length, position)
+
+    def region(self, position: int, length: int) -> FileRegion:
+        """``length`` bytes from ``position``, to be sent or read later (a Fetch's slice);
+        it keeps the file open after the segment is closed."""
+        assert self._file is not None
+        return FileRegion(self._file, position, length)
 
     def batches(self, position: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
         """Headers of the whole batches from ``position`` on, read in chunks."""
@@ -298,10 +307,13 @@ class LogSegment:
         self.time_index.flush()
         self.txn_index.flush()
 
+    @property
+    def _fd(self) -> int:
+        return self._file.fd if self._file is not None else -1
+
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Let go of the log file (closed once no region still reads it) and the indexes."""
+        self._file = None
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()

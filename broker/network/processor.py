@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import socket
 import ssl
@@ -23,10 +24,12 @@ import uvloop
 from broker.config.endpoint import EndPoint
 from broker.network.memory_pool import MemoryPool
 from broker.network.plane_priority import ControlPlanePriority
+from broker.network.region_writer import RegionWriter
 from broker.network.request_channel import Request, RequestChannel, Response
 from broker.network.tls import ServerTls
 from broker.security.principal_mapping import ANONYMOUS, NoMatchingRuleError
 from broker.security.sasl import PRE_AUTH_APIS, SASL_PROTOCOLS, SaslSession
+from broker.utils.file_region import has_regions, materialize
 from protocol.connection import CONNECTION_CLOSED, Close, RequestReady, ServerConnection
 
 log = structlog.get_logger(__name__)
@@ -68,6 +71,7 @@ class KafkaConnection(asyncio.Protocol):
         self.session = SaslSession() if sasl else None
         self._reading_paused = False
         self.watched_fd: int | None = None
+        self.writer: RegionWriter | None = None  # sending a response with file regions
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -202,10 +206,47 @@ class KafkaConnection(asyncio.Protocol):
             return
         request = response.request
         request.response_dequeue_ns = time.monotonic_ns()
-        if response.pieces and self.transport is not None and not self.closing:
-            self.transport.writelines(response.pieces)
-            request.response_bytes = sum(len(piece) for piece in response.pieces)
-        self.processor.observe(request)
+        pieces = response.pieces
+        if pieces and self.transport is not None and not self.closing:
+            request.response_bytes = sum(len(piece) for piece in pieces)
+            if self._can_sendfile() and has_regions(pieces):
+                self.writer = RegionWriter(
+                    self.processor.loop,
+                    self.transport.get_extra_info("socket").fileno(),
+                    pieces,
+                    functools.partial(self._written, response),
+                )
+                self.writer.start()
+                return
+            try:
+                data = materialize(pieces)  # TLS: regions read into bytes here
+            except OSError as exc:
+                self._written(response, exc)
+                return
+            self.transport.writelines(data)
+        self._sent(response)
+
+    def _can_sendfile(self) -> bool:
+        """A plain socket with nothing of the transport's still unsent."""
+        assert self.transport is not None
+        return self.processor.tls is None and self.transport.get_write_buffer_size() == 0
+
+    def _written(self, response: Response, exc: OSError | None) -> None:
+        self.writer = None
+        if exc is None:
+            self._sent(response)
+            return
+        log.warning(
+            "closing connection: could not send a response",
+            connection=self.connection_id,
+            listener=self.processor.endpoint.listener_name,
+            api_key=response.request.header.api_key,
+            error=str(exc) or type(exc).__name__,
+        )
+        self.close()
+
+    def _sent(self, response: Response) -> None:
+        self.processor.observe(response.request)
         self.last_active = time.monotonic()
         self.in_flight = None
         self.connection.response_sent()
@@ -220,6 +261,9 @@ class KafkaConnection(asyncio.Protocol):
         """Close the connection (pending bytes already written are flushed first); the
         frames not handed to a handler give their memory back."""
         self.closing = True
+        if self.writer is not None:
+            self.writer.abort()
+            self.writer = None
         self.processor.release(self.connection.drop_unread())
         if self.transport is not None:
             self.transport.close()
@@ -232,6 +276,9 @@ class KafkaConnection(asyncio.Protocol):
             priority.unwatch(self.watched_fd)
             self.watched_fd = None
         self.transport = None
+        if self.writer is not None:
+            self.writer.abort()
+            self.writer = None
         self.connection.receive_data(b"")
         if self.in_flight is not None:
             self.in_flight.mark_disconnected()

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from broker.config.endpoint import SecurityProtocol
 from broker.metrics.registry import DATA_PLANE, BrokerMetrics
 from broker.network.plane import Plane
+from broker.utils.file_region import Transferable
 from protocol.framing import RequestHeader
 
 _DISCONNECT_LOCK = threading.Lock()
@@ -84,7 +85,7 @@ class Response:
     """Frame pieces to write for ``request``; ``None`` writes nothing but unmutes."""
 
     request: Request
-    pieces: list[bytes | memoryview] | None
+    pieces: list[Transferable] | None
     close_connection: bool = False
 
 

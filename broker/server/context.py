@@ -12,6 +12,7 @@ import structlog
 from broker.config.endpoint import SecurityProtocol
 from broker.logging_setup import exception_reason
 from broker.network.request_channel import Request, RequestChannel, Response
+from broker.utils.file_region import Transferable
 from common.acl import CLUSTER_NAME, AclOperation, AclResourceType
 from protocol import api
 from protocol.errors import ErrorCode
@@ -153,7 +154,7 @@ class RequestContext:
         )
         self._channel.send_response(Response(self.request, [prefix, payload], close_connection))
 
-    def respond_pieces(self, body_pieces: list[bytes | memoryview]) -> None:
+    def respond_pieces(self, body_pieces: list[Transferable]) -> None:
         """Send a body already serialized in pieces (Fetch keeps stored batches out of kio)."""
         if not self._claim():
             return

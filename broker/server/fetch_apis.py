@@ -20,11 +20,12 @@ from broker.server.replica_manager import (
     ReplicaManager,
     fetchable_end,
 )
+from broker.utils.file_region import Transferable
 from broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
 from common.acl import AclOperation, AclResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
-from protocol.fetch_response import Piece, encode_fetch_response
+from protocol.fetch_response import encode_fetch_response
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -201,7 +202,7 @@ class FetchApis:
         by_id = ctx.api_version >= 13
         remaining = min(int(ctx.body.max_bytes), self.fetch_max_bytes)
         isolation_level = _isolation_level(ctx)
-        topics: dict[Any, list[tuple[Any, list[Piece]]]] = {}
+        topics: dict[Any, list[tuple[Any, list[Transferable]]]] = {}
         first_data = True
         replica_id = _replica_id(ctx) if isolation_level == FETCH_LOG_END else -1
         quota = self.replica_manager.leader_quota if replica_id >= 0 else None

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.log.log import LogAppendInfo, Piece, next_offset_after
+from broker.log.log import LogAppendInfo, next_offset_after
 from broker.log.log_config import LogConfigs
 from broker.log.log_manager import LogManager
 from broker.log.partition import Partition, ReplicaAssignment, TopicPartition
@@ -18,6 +18,7 @@ from broker.log.producer_state import ProducerInfo
 from broker.log.transaction_index import AbortedTxn
 from broker.metadata.cache import MetadataCache
 from broker.metadata.kafka_store import PartitionStateRecord
+from broker.utils.file_region import Transferable
 from broker.utils.purgatory import DelayedOperationPurgatory
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_validation import ValidationPolicy, validate_batches
@@ -78,7 +79,7 @@ class ReadResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     leader_epoch: int = -1
-    views: list[Piece] = field(default_factory=list)
+    views: list[Transferable] = field(default_factory=list)
     aborted_transactions: list[AbortedTxn] | None = None
     """READ_COMMITTED: the aborted transactions the records read may hold."""
 

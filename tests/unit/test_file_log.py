@@ -12,6 +12,7 @@ import pytest
 from broker.log.file_log import FileLog
 from broker.log.log_config import LogSettings
 from broker.log.segment import LogSegment
+from broker.utils.file_region import materialize
 from protocol.records import Record, build_batch, iter_all_records, number_batches, scan_batches
 
 NOW = int(time.time() * 1000)
@@ -55,7 +56,7 @@ class Harness:
         out = []
         while offset < self.log.log_end_offset:
             pieces = self.log.read(offset, 1 << 20, True)
-            data = b"".join(bytes(p) for p in pieces)
+            data = b"".join(materialize(pieces))
             records = [r for r in iter_all_records(data) if r.offset >= offset]
             if not records:
                 break
@@ -194,8 +195,8 @@ def test_min_one_batch_returns_a_batch_larger_than_max_bytes(tmp_path: Path, off
     for _ in range(6):
         h.append(_batch([b"z" * 500]))
     pieces = h.log.read(offset, 10, True)
-    data = b"".join(bytes(p) for p in pieces)
+    data = b"".join(materialize(pieces))
     assert [r.offset for r in iter_all_records(data)] == [offset]
-    partial = b"".join(bytes(p) for p in h.log.read(offset, 10, False))
+    partial = b"".join(materialize(h.log.read(offset, 10, False)))
     assert len(partial) == 10  # Kafka serves the range; the client drops a partial batch
     assert list(iter_all_records(partial)) == []

@@ -27,6 +27,7 @@ from broker.log.log_config import LogSettings
 from broker.log.log_manager import LogManager, LogManagerConfig
 from broker.log.partition import TopicPartition
 from broker.log.segment import LogSegment
+from broker.utils.file_region import materialize
 from protocol.compression import COMPRESSION_GZIP, COMPRESSION_NONE
 from protocol.records import (
     Record,
@@ -120,7 +121,7 @@ class Harness:
         out = []
         while offset < self.log.log_end_offset:
             pieces = self.log.read(offset, 1 << 20, True)
-            data = b"".join(bytes(p) for p in pieces)
+            data = b"".join(materialize(pieces))
             found = [r for r in iter_all_records(data) if r.offset >= offset]
             if not found:
                 break
@@ -418,7 +419,7 @@ def test_a_read_under_way_during_a_swap_still_returns_its_data(tmp_path: Path) -
     assert swapped.is_set()
     assert first in h.retired and first not in h.log.segments
     assert first.log_path.with_name(first.log_path.name + ".deleted").exists(), "still open"
-    data = b"".join(bytes(p) for p in pieces)
+    data = b"".join(materialize(pieces))
     assert data == original[: len(data)] and data
     assert next(r.offset for r in iter_all_records(data)) == 0
 

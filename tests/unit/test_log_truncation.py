@@ -23,6 +23,7 @@ from broker.log.partition import TopicPartition
 from broker.log.producer_state import list_snapshots
 from broker.log.segment import LogSegment
 from broker.log.transaction_index import AbortedTxn
+from broker.utils.file_region import materialize
 from protocol.records import (
     EndTxnMarker,
     Record,
@@ -84,7 +85,7 @@ def fetched(leader: Log, offset: int) -> bytes:
         following = next_offset_after(pieces)
         if following is None:
             break
-        out += b"".join(bytes(p) for p in pieces)
+        out += b"".join(materialize(pieces))
         offset = following
     return out
 
@@ -96,7 +97,7 @@ def follow(follower: Log, raw: bytes) -> None:
 def follow_each(follower: Log, leader: Log) -> None:
     """Fetch from the leader one batch per append (a file log rolls between appends)."""
     while follower.log_end_offset < leader.log_end_offset:
-        raw = b"".join(bytes(p) for p in leader.read(follower.log_end_offset, 1, True))
+        raw = b"".join(materialize(leader.read(follower.log_end_offset, 1, True)))
         follow(follower, raw)
 
 
