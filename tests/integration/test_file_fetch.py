@@ -1,0 +1,117 @@
+"""Fetch from the file log: segment ranges sent with sendfile on PLAINTEXT and read with
+pread on TLS reach real consumers byte for byte, at the offsets they were stored at."""
+
+from __future__ import annotations
+
+import hashlib
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KpTopicPartition
+
+from common.certs import PkiFiles
+from testing.plugin import RunningBroker
+from tests.integration.helpers import produce_all
+
+TOPIC = "fetched"
+PARTITIONS = 3
+COUNT = 12_000  # about 20 MB: many responses larger than a socket buffer
+
+
+def _value(i: int) -> bytes:
+    """Record i's value: 200 to 3,400 bytes, different for every record."""
+    seed = hashlib.sha256(b"%d" % i).digest()
+    return seed * (7 + i % 100)
+
+
+def _broker(broker_factory, pki: PkiFiles) -> RunningBroker:  # type: ignore[no-untyped-def]
+    return broker_factory(
+        {
+            "kplane.log.storage": "file",
+            "log.segment.bytes": str(4 << 20),  # reads span several segments
+            "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+            "listener.name.ssl.ssl.keystore.type": "PKCS12",
+            "listener.name.ssl.ssl.keystore.location": str(pki.broker_p12),
+            "listener.name.ssl.ssl.keystore.password": pki.password,
+        }
+    )
+
+
+def _fill(broker: RunningBroker) -> dict[int, list[int]]:
+    broker.create_topic(TOPIC, PARTITIONS)
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap("PLAINTEXT"), "acks": "all", "linger.ms": 5}
+    )
+    messages = ({"value": _value(i), "partition": i % PARTITIONS} for i in range(COUNT))
+    return produce_all(producer, TOPIC, messages, PARTITIONS)
+
+
+def _read_confluent(config: dict[str, object]) -> dict[int, list[tuple[int, bytes]]]:
+    consumer = Consumer(
+        {
+            **config,
+            "group.id": "file-fetch",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 52_428_800,
+            "max.partition.fetch.bytes": 52_428_800,
+            "receive.message.max.bytes": 104_857_600,
+        }
+    )
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
+    try:
+        for _ in range(600):
+            if sum(len(v) for v in got.values()) >= COUNT:
+                break
+            for msg in consumer.consume(num_messages=5000, timeout=0.5):
+                assert msg.error() is None, msg.error()
+                got[msg.partition()].append((msg.offset(), msg.value()))
+    finally:
+        consumer.close()
+    return got
+
+
+def _expected() -> dict[int, list[tuple[int, bytes]]]:
+    """Each partition's records at the offsets one producer in order stores them at."""
+    return {
+        p: [(n, _value(i)) for n, i in enumerate(range(p, COUNT, PARTITIONS))]
+        for p in range(PARTITIONS)
+    }
+
+
+def test_consumers_read_every_record_over_plaintext_and_tls(broker_factory, pki) -> None:  # type: ignore[no-untyped-def]
+    broker = _broker(broker_factory, pki)
+    delivered = _fill(broker)
+    assert {p: sorted(o) for p, o in delivered.items()} == {
+        p: [n for n, _ in records] for p, records in _expected().items()
+    }
+    plaintext = _read_confluent({"bootstrap.servers": broker.bootstrap("PLAINTEXT")})
+    assert plaintext == _expected()
+    tls = _read_confluent(
+        {
+            "bootstrap.servers": broker.bootstrap("SSL"),
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(pki.ca_cert),
+        }
+    )
+    assert tls == _expected()
+
+
+def test_kafka_python_reads_every_record_over_plaintext(broker_factory, pki) -> None:  # type: ignore[no-untyped-def]
+    broker = _broker(broker_factory, pki)
+    _fill(broker)
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap("PLAINTEXT"),
+        consumer_timeout_ms=10_000,
+        fetch_max_bytes=52_428_800,
+        max_partition_fetch_bytes=4 << 20,
+    )
+    consumer.assign([KpTopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+    consumer.seek_to_beginning()
+    got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
+    for msg in consumer:
+        got[msg.partition].append((msg.offset, msg.value))
+        if sum(len(v) for v in got.values()) == COUNT:
+            break
+    consumer.close()
+    assert got == _expected()
