@@ -62,6 +62,12 @@ class MetadataCache:
         with self._updated:
             return self._updated.wait_for(lambda: predicate(self.snapshot), timeout_s)
 
+    @property
+    def knows_itself(self) -> bool:
+        """Whether the controller's metadata names this broker yet: until then (start-up,
+        a new metadata-store session) a topic missing here may well exist."""
+        return self.broker_id in self.snapshot.brokers
+
     def add_topic_listener(self, listener: Callable[[str], object]) -> None:
         """Call ``listener(name)`` after each update that adds or changes topic ``name``
         (requests waiting for a topic's metadata, such as CreateTopics, are so completed)."""

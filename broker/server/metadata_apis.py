@@ -131,6 +131,10 @@ class MetadataApis:
             validate_topic_name(name)
         except KafkaError as exc:
             return exc.code, None
+        if not self.cache.knows_itself:
+            # No metadata from the controller yet: the topic may exist, so nothing is
+            # created and the client retries (Kafka answers so for a topic being created).
+            return ErrorCode.leader_not_available, None
         if not allow_auto:
             return ErrorCode.unknown_topic_or_partition, None
         try:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from protocol.errors import ErrorCode
 from tests.integration.helpers import produce_all, read_from_beginning
 
 pytestmark = pytest.mark.slow
@@ -296,3 +297,50 @@ def test_retention_by_size_and_time_moves_the_log_start_a_consumer_sees(
                     first = msg.offset()
         assert first == low
     consumer.close()
+
+
+def test_a_topic_asked_for_during_start_up_is_retriable_not_auto_created(
+    broker_process, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    """From the moment a restarted broker accepts until the controller's metadata names it,
+    its cache knows no topic: Metadata answers LEADER_NOT_AVAILABLE (retriable) for one that
+    exists, and tries no auto-creation (which failed with INVALID_REPLICATION_FACTOR: no
+    broker alive yet)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.types import TopicName
+
+    from testing.plugin import free_port, wait_for_port
+    from testing.wire import WireClient
+
+    log_dir = tmp_path / "data"
+    port = free_port()
+    first = _serve(broker_process, log_dir, port)
+    wait_for_port("127.0.0.1", port)
+    admin = AdminClient({"bootstrap.servers": first.bootstrap})
+    # Many partitions: the controller's first LeaderAndIsr and UpdateMetadata take a while.
+    admin.create_topics([NewTopic("many", 1000, 1)])["many"].result(30)
+    del admin  # no reconnecting while the broker is down
+    assert first.terminate() == 0
+    second = _serve(broker_process, log_dir, port)
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=None, name=TopicName("many")),),
+        allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False,
+    )
+    errors: list[ErrorCode] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with WireClient("127.0.0.1", port, timeout=5) as client:
+                while time.monotonic() < deadline:
+                    topic = client.request(request).topics[0]
+                    errors.append(ErrorCode(topic.error_code))
+                    if topic.error_code == 0 and topic.partitions:
+                        break
+                break
+        except OSError:
+            time.sleep(0.01)  # not accepting yet
+    assert errors and errors[-1] is ErrorCode.none
+    assert set(errors) <= {ErrorCode.none, ErrorCode.leader_not_available}, errors
+    assert "auto topic creation failed" not in second.log_text()
