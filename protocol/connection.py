@@ -198,6 +198,11 @@ class ServerConnection:
         self._writing_paused = False
 
     @property
+    def writing_paused(self) -> bool:
+        """Whether the client is behind reading its responses."""
+        return self._writing_paused
+
+    @property
     def idle(self) -> bool:
         """No request in flight and none waiting."""
         return not self._in_flight and not self._pending

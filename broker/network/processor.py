@@ -16,7 +16,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import structlog
 import uvloop
@@ -29,7 +29,7 @@ from broker.network.request_channel import Request, RequestChannel, Response
 from broker.network.tls import ServerTls
 from broker.security.principal_mapping import ANONYMOUS, NoMatchingRuleError
 from broker.security.sasl import PRE_AUTH_APIS, SASL_PROTOCOLS, SaslSession
-from broker.utils.file_region import has_regions, materialize
+from broker.utils.file_region import has_regions, iter_bytes, materialize
 from protocol.connection import CONNECTION_CLOSED, Close, RequestReady, ServerConnection
 
 log = structlog.get_logger(__name__)
@@ -72,6 +72,7 @@ class KafkaConnection(asyncio.Protocol):
         self._reading_paused = False
         self.watched_fd: int | None = None
         self.writer: RegionWriter | None = None  # sending a response with file regions
+        self.paced: tuple[Iterator[bytes | memoryview], Response] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -126,9 +127,12 @@ class KafkaConnection(asyncio.Protocol):
         self.connection.pause_writing()
 
     def resume_writing(self) -> None:
-        """The client read enough: take the next request."""
+        """The client read enough: go on with a paced response, or take the next request."""
         self.connection.resume_writing()
-        self.dispatch()
+        if self.paced is not None:
+            self._write_paced()
+        else:
+            self.dispatch()
 
     def eof_received(self) -> bool:
         """The client closed its side: requests it already sent are still processed (an
@@ -218,12 +222,36 @@ class KafkaConnection(asyncio.Protocol):
                 )
                 self.writer.start()
                 return
+            if self.processor.tls is not None and request.response_bytes > WRITE_BUFFER_HIGH:
+                self.paced = (iter_bytes(pieces), response)
+                self._write_paced()
+                return
             try:
-                data = materialize(pieces)  # TLS: regions read into bytes here
+                data = materialize(pieces)
             except OSError as exc:
                 self._written(response, exc)
                 return
             self.transport.writelines(data)
+        self._sent(response)
+
+    def _write_paced(self) -> None:
+        """Hand a large TLS response to the transport a piece at a time, while it is below
+        ``WRITE_BUFFER_HIGH``; ``resume_writing`` goes on. (uvloop's TLS transport encrypts
+        whatever it is given at once, into a buffer as large as all of it, zeroed as it
+        grows: a 50 MB Fetch would cost a fresh 50 MB twice.) File regions are read as
+        they are reached."""
+        assert self.paced is not None and self.transport is not None
+        pieces, response = self.paced
+        try:
+            for piece in pieces:
+                self.transport.write(piece)
+                if self.connection.writing_paused:
+                    return
+        except OSError as exc:
+            self.paced = None
+            self._written(response, exc)
+            return
+        self.paced = None
         self._sent(response)
 
     def _can_sendfile(self) -> bool:
@@ -261,6 +289,7 @@ class KafkaConnection(asyncio.Protocol):
         """Close the connection (pending bytes already written are flushed first); the
         frames not handed to a handler give their memory back."""
         self.closing = True
+        self.paced = None
         if self.writer is not None:
             self.writer.abort()
             self.writer = None
@@ -276,6 +305,7 @@ class KafkaConnection(asyncio.Protocol):
             priority.unwatch(self.watched_fd)
             self.watched_fd = None
         self.transport = None
+        self.paced = None
         if self.writer is not None:
             self.writer.abort()
             self.writer = None

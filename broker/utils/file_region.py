@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 READ_PIECE_BYTES = 1 << 20
 """A region is read in pieces of at most this size: glibc serves a buffer this large from
@@ -55,9 +55,9 @@ class FileRegion:
         length = max(0, min(length, self.length - offset))
         return os.pread(self.file.fd, length, self.position + offset)
 
-    def read_pieces(self) -> list[bytes]:
-        """The whole region, in pieces of at most ``READ_PIECE_BYTES``."""
-        pieces: list[bytes] = []
+    def iter_pieces(self) -> Iterator[bytes]:
+        """The whole region, read in pieces of at most ``READ_PIECE_BYTES`` as they are
+        taken."""
         done = 0
         while done < self.length:
             piece = self.pread(done, READ_PIECE_BYTES)
@@ -65,9 +65,12 @@ class FileRegion:
                 raise RegionTruncatedError(
                     f"file ended {self.length - done} bytes before the region's end"
                 )
-            pieces.append(piece)
+            yield piece
             done += len(piece)
-        return pieces
+
+    def read_pieces(self) -> list[bytes]:
+        """The whole region, in pieces of at most ``READ_PIECE_BYTES``."""
+        return list(self.iter_pieces())
 
 
 Transferable = bytes | memoryview | FileRegion
@@ -80,13 +83,17 @@ def has_regions(pieces: Iterable[Transferable]) -> bool:
     return any(isinstance(p, FileRegion) for p in pieces)
 
 
-def materialize(pieces: Iterable[Transferable]) -> list[bytes | memoryview]:
-    """The pieces with every file region read into bytes (raises
-    :class:`RegionTruncatedError` when a file was cut under it)."""
-    out: list[bytes | memoryview] = []
+def iter_bytes(pieces: Iterable[Transferable]) -> Iterator[bytes | memoryview]:
+    """The pieces with every file region read into bytes as it is reached, in pieces of at
+    most ``READ_PIECE_BYTES`` (raises :class:`RegionTruncatedError` when a file was cut
+    under it)."""
     for piece in pieces:
         if isinstance(piece, FileRegion):
-            out += piece.read_pieces()
+            yield from piece.iter_pieces()
         else:
-            out.append(piece)
-    return out
+            yield piece
+
+
+def materialize(pieces: Iterable[Transferable]) -> list[bytes | memoryview]:
+    """The pieces with every file region read into bytes."""
+    return list(iter_bytes(pieces))
