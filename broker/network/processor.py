@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import math
 import socket
 import ssl
 import threading
@@ -242,6 +243,7 @@ class KafkaConnection(asyncio.Protocol):
         they are reached."""
         assert self.paced is not None and self.transport is not None
         pieces, response = self.paced
+        self.last_active = time.monotonic()
         try:
             for piece in pieces:
                 self.transport.write(piece)
@@ -254,6 +256,15 @@ class KafkaConnection(asyncio.Protocol):
         self.paced = None
         self._sent(response)
 
+    def idle_since(self) -> float:
+        """Since when nothing moved on this connection (monotonic seconds): never while a
+        handler holds its request, but a response the client stopped reading counts."""
+        if self.writer is not None:
+            return self.writer.last_progress
+        if self.in_flight is not None and self.paced is None:
+            return math.inf
+        return self.last_active
+
     def _can_sendfile(self) -> bool:
         """A plain socket with nothing of the transport's still unsent."""
         assert self.transport is not None
@@ -263,6 +274,14 @@ class KafkaConnection(asyncio.Protocol):
         self.writer = None
         if exc is None:
             self._sent(response)
+            return
+        if isinstance(exc, ConnectionError):  # the client went away mid-response
+            log.info(
+                "connection closed by the client during a response",
+                connection=self.connection_id,
+                listener=self.processor.endpoint.listener_name,
+            )
+            self.close()
             return
         log.warning(
             "closing connection: could not send a response",
@@ -285,19 +304,22 @@ class KafkaConnection(asyncio.Protocol):
             self.connection.authenticated = self.session.authenticated
         self.dispatch()
 
-    def close(self) -> None:
-        """Close the connection (pending bytes already written are flushed first); the
-        frames not handed to a handler give their memory back."""
+    def close(self, abort: bool = False) -> None:
+        """Close the connection (pending bytes already written are flushed first, unless
+        ``abort``: dropped, as for a client that stopped reading); the frames not handed
+        to a handler give their memory back."""
         self.closing = True
         self.paced = None
         if self.writer is not None:
             self.writer.abort()
             self.writer = None
         self.processor.release(self.connection.drop_unread())
-        if self.transport is not None:
-            self.transport.close()
-        else:
+        if self.transport is None:
             self.processor.forget(self)
+        elif abort:
+            self.transport.abort()
+        else:
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         priority = self.processor.control_priority
@@ -402,10 +424,10 @@ class Processor:
             return
         deadline = time.monotonic() - self.connections_max_idle_ms / 1000.0
         for conn in list(self.connections.values()):
-            if conn.in_flight is None and conn.last_active < deadline:
+            if conn.idle_since() < deadline:
                 log.debug("closing idle connection", connection=conn.connection_id)
                 self.idle_connections_killed += 1
-                conn.close()
+                conn.close(abort=True)
 
     def accept(self, sock: socket.socket, addr: tuple[str, int]) -> None:
         """Adopt an accepted socket (called from the Acceptor thread)."""

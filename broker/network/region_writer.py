@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable, Sequence
 
 from broker.utils.file_region import FileRegion, RegionTruncatedError, Transferable
@@ -42,6 +43,8 @@ class RegionWriter:
         self._offset = 0  # bytes of it already written
         self._fd = os.dup(sock_fd)  # ours: never another socket's, whatever the transport does
         self._watching = False
+        self.last_progress = time.monotonic()
+        """When the socket last took bytes (a client that stops reading goes idle)."""
 
     def start(self) -> None:
         """Write what the socket takes now; the rest as it drains."""
@@ -102,6 +105,7 @@ class RegionWriter:
         return out
 
     def _advance(self, sent: int) -> None:
+        self.last_progress = time.monotonic()
         pieces = self._pieces
         while sent and self._index < len(pieces):
             left = len(pieces[self._index]) - self._offset

@@ -5,7 +5,10 @@ drains."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import ssl
+import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -14,7 +17,8 @@ from kafka import TopicPartition as KpTopicPartition
 
 from common.certs import PkiFiles
 from testing.plugin import RunningBroker
-from tests.integration.helpers import produce_all
+from testing.wire import WireClient
+from tests.integration.helpers import fetch_request, produce_all
 
 TOPIC = "fetched"
 PARTITIONS = 3
@@ -27,9 +31,10 @@ def _value(i: int) -> bytes:
     return seed * (7 + i % 100)
 
 
-def _broker(broker_factory, pki: PkiFiles, storage: str = "file") -> RunningBroker:  # type: ignore[no-untyped-def]
+def _broker(broker_factory, pki: PkiFiles, storage: str = "file", **extra: str) -> RunningBroker:  # type: ignore[no-untyped-def]
     return broker_factory(
         {
+            **extra,
             "kplane.log.storage": storage,
             "log.segment.bytes": str(4 << 20),  # reads span several segments
             "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
@@ -40,13 +45,13 @@ def _broker(broker_factory, pki: PkiFiles, storage: str = "file") -> RunningBrok
     )
 
 
-def _fill(broker: RunningBroker) -> dict[int, list[int]]:
-    broker.create_topic(TOPIC, PARTITIONS)
+def _fill(broker: RunningBroker, partitions: int = PARTITIONS) -> dict[int, list[int]]:
+    broker.create_topic(TOPIC, partitions)
     producer = Producer(
         {"bootstrap.servers": broker.bootstrap("PLAINTEXT"), "acks": "all", "linger.ms": 5}
     )
-    messages = ({"value": _value(i), "partition": i % PARTITIONS} for i in range(COUNT))
-    return produce_all(producer, TOPIC, messages, PARTITIONS)
+    messages = ({"value": _value(i), "partition": i % partitions} for i in range(COUNT))
+    return produce_all(producer, TOPIC, messages, partitions)
 
 
 def _read_confluent(config: dict[str, object]) -> dict[int, list[tuple[int, bytes]]]:
@@ -119,3 +124,44 @@ def test_kafka_python_reads_every_record_over_plaintext(broker_factory, pki) -> 
             break
     consumer.close()
     assert got == _expected()
+
+
+@pytest.mark.parametrize("listener", ["PLAINTEXT", "SSL"])
+def test_a_client_that_stops_reading_a_large_response_is_closed_when_idle(  # type: ignore[no-untyped-def]
+    broker_factory, pki, listener
+) -> None:
+    """A response the client stopped reading (sendfile on PLAINTEXT, paced on TLS) makes no
+    progress: after ``connections.max.idle.ms`` the connection is closed, as Kafka closes a
+    channel idle that long, rather than held forever."""
+    broker = _broker(broker_factory, pki, **{"connections.max.idle.ms": "1000"})
+    _fill(broker, partitions=1)
+    before = connection_ids(broker)
+    client = WireClient(*broker.address(listener), timeout=10)
+    if listener == "SSL":
+        context = ssl.create_default_context(cafile=str(pki.ca_cert))
+        client.sock = context.wrap_socket(client.sock, server_hostname="127.0.0.1")
+    client.send(fetch_request(TOPIC, 0, partition_max_bytes=50 << 20))  # ~20 MB answer
+    deadline = time.monotonic() + 15
+    stalled: set[str] = set()
+    while not stalled and time.monotonic() < deadline:
+        stalled = connection_ids(broker) - before  # registered by its Processor
+    while time.monotonic() < deadline and stalled & connection_ids(broker):
+        time.sleep(0.2)  # not reading
+    assert stalled and not stalled & connection_ids(broker), "the stalled connection stayed"
+    received = 0
+    client.sock.settimeout(10)
+    with contextlib.suppress(ConnectionError, ssl.SSLError):
+        while chunk := client.sock.recv(1 << 20):
+            received += len(chunk)
+    assert received < 10 << 20, "the response went out although nobody read it"
+    client.close()
+
+
+def connection_ids(broker: RunningBroker) -> set[str]:
+    """The connections the broker holds."""
+    assert broker.server.socket_server is not None
+    return {
+        c.connection_id
+        for p in broker.server.socket_server.all_processors()
+        for c in list(p.connections.values())
+    }
