@@ -24,7 +24,7 @@ from kio.static.primitive import i16, i32, i64
 
 from protocol.errors import ErrorCode
 from protocol.records import Record
-from testing.plugin import REPO_ROOT
+from testing.plugin import REPO_ROOT, RunningBroker
 from testing.wire import WireClient
 from tools.serve_process import json_events
 
@@ -90,6 +90,16 @@ def fetch_request(
         ),
         forgotten_topics_data=(),
     )
+
+
+def connection_ids(broker: RunningBroker) -> set[str]:
+    """The connections an in-process broker holds, over all its Processors."""
+    assert broker.server.socket_server is not None
+    return {
+        c.connection_id
+        for p in broker.server.socket_server.all_processors()
+        for c in list(p.connections.values())
+    }
 
 
 def fetch_partition(client: WireClient, request: FetchRequest) -> Any:

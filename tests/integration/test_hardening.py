@@ -28,6 +28,7 @@ from protocol.body_scan import write_uvarint
 from protocol.errors import ErrorCode
 from protocol.framing import encode_request_frame
 from testing.plugin import RunningBroker
+from tests.integration.helpers import connection_ids
 
 API_VERSIONS = ApiVersionsRequest(client_software_name="t", client_software_version="1")
 
@@ -143,7 +144,7 @@ def test_metadata_v10_topic_by_id_without_name_is_closed_not_hung(
         include_topic_authorized_operations=False,
     )
     _still_serves(broker)  # the controller's connection is up
-    before = _connection_ids(broker)
+    before = connection_ids(broker)
     with capture_logs() as logs, broker.wire() as client:
         client.send(request)
         assert client.is_closed_by_peer()
@@ -151,21 +152,12 @@ def test_metadata_v10_topic_by_id_without_name_is_closed_not_hung(
     assert _connections(broker, before) == 0
 
 
-def _connection_ids(broker: RunningBroker) -> set[str]:
-    assert broker.server.socket_server is not None
-    return {
-        c.connection_id
-        for p in broker.server.socket_server.all_processors()
-        for c in list(p.connections.values())
-    }
-
-
 def _connections(broker: RunningBroker, before: set[str], settle: float = 5.0) -> int:
     """Connections opened since ``before`` that the broker still holds, once they had
     ``settle`` seconds to go (the broker's own controller connection is in ``before``)."""
     deadline = time.monotonic() + settle
     while True:
-        count = len(_connection_ids(broker) - before)
+        count = len(connection_ids(broker) - before)
         if count == 0 or time.monotonic() > deadline:
             return count
         time.sleep(0.02)
@@ -202,7 +194,7 @@ def test_a_parked_fetch_of_a_closed_connection_is_released(broker: RunningBroker
         rack_id="",
     )
     assert info.error_code == ErrorCode.none
-    before = _connection_ids(broker)
+    before = connection_ids(broker)
     clients = [broker.wire() for _ in range(20)]
     for client in clients:
         client.send(fetch)
@@ -222,7 +214,7 @@ def test_a_client_that_never_reads_is_not_buffered_without_bound(broker: Running
         encode_request_frame(18, 3, i, "t", api.encode(API_VERSIONS)) for i in range(count)
     )
     response_size = 4 + len(_answer_bytes(broker))  # the controller's connection is up
-    before = _connection_ids(broker)
+    before = connection_ids(broker)
     sock = socket.create_connection(broker.address(), timeout=10)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sender = threading.Thread(target=sock.sendall, args=(frame,), daemon=True)

@@ -18,7 +18,7 @@ from kafka import TopicPartition as KpTopicPartition
 from common.certs import PkiFiles
 from testing.plugin import RunningBroker
 from testing.wire import WireClient
-from tests.integration.helpers import fetch_request, produce_all
+from tests.integration.helpers import connection_ids, fetch_request, produce_all
 
 TOPIC = "fetched"
 PARTITIONS = 3
@@ -155,13 +155,3 @@ def test_a_client_that_stops_reading_a_large_response_is_closed_when_idle(  # ty
             received += len(chunk)
     assert received < 10 << 20, "the response went out although nobody read it"
     client.close()
-
-
-def connection_ids(broker: RunningBroker) -> set[str]:
-    """The connections the broker holds."""
-    assert broker.server.socket_server is not None
-    return {
-        c.connection_id
-        for p in broker.server.socket_server.all_processors()
-        for c in list(p.connections.values())
-    }
