@@ -516,4 +516,6 @@ class MemoryLog(Log):
         count = len(cols.lasts)
         if count == 0:
             return None
-        return latest_of_max(self._records(cols, max(range(count), key=cols.max_ts.__getitem__)))
+        return latest_of_max(
+            self._records(cols, max(range(count), key=cols.max_ts.__getitem__))
+        )

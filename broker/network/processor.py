@@ -18,6 +18,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import cast
 
 import structlog
 import uvloop
@@ -214,7 +215,8 @@ class KafkaConnection(asyncio.Protocol):
         pieces = response.pieces
         if pieces and self.transport is not None and not self.closing:
             request.response_bytes = sum(len(piece) for piece in pieces)
-            if self._can_sendfile() and has_regions(pieces):
+            regions = has_regions(pieces)
+            if regions and self._can_sendfile():
                 self.writer = RegionWriter(
                     self.processor.loop,
                     self.transport.get_extra_info("socket").fileno(),
@@ -228,7 +230,7 @@ class KafkaConnection(asyncio.Protocol):
                 self._write_paced()
                 return
             try:
-                data = materialize(pieces)
+                data = materialize(pieces) if regions else cast(list[bytes | memoryview], pieces)
             except OSError as exc:
                 self._written(response, exc)
                 return
@@ -292,6 +294,14 @@ class KafkaConnection(asyncio.Protocol):
         )
         self.close()
 
+    def _drop_response(self) -> None:
+        """Give up the response being written by a writer or paced (the connection is
+        closing)."""
+        self.paced = None
+        if self.writer is not None:
+            self.writer.abort()
+            self.writer = None
+
     def _sent(self, response: Response) -> None:
         self.processor.observe(response.request)
         self.last_active = time.monotonic()
@@ -309,10 +319,7 @@ class KafkaConnection(asyncio.Protocol):
         ``abort``: dropped, as for a client that stopped reading); the frames not handed
         to a handler give their memory back."""
         self.closing = True
-        self.paced = None
-        if self.writer is not None:
-            self.writer.abort()
-            self.writer = None
+        self._drop_response()
         self.processor.release(self.connection.drop_unread())
         if self.transport is None:
             self.processor.forget(self)
@@ -327,10 +334,7 @@ class KafkaConnection(asyncio.Protocol):
             priority.unwatch(self.watched_fd)
             self.watched_fd = None
         self.transport = None
-        self.paced = None
-        if self.writer is not None:
-            self.writer.abort()
-            self.writer = None
+        self._drop_response()
         self.connection.receive_data(b"")
         if self.in_flight is not None:
             self.in_flight.mark_disconnected()

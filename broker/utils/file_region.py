@@ -3,7 +3,7 @@
 A Fetch answered from the file log carries :class:`FileRegion` pieces rather than bytes:
 on a plain TCP socket the Processor hands them to ``os.sendfile`` (the kernel copies the
 page cache into the socket, nothing passes through Python), on TLS it reads them into
-bytes with :meth:`FileRegion.read_pieces` just before writing.
+bytes with :func:`iter_bytes` as it writes.
 """
 
 from __future__ import annotations
@@ -67,10 +67,6 @@ class FileRegion:
                 )
             yield piece
             done += len(piece)
-
-    def read_pieces(self) -> list[bytes]:
-        """The whole region, in pieces of at most ``READ_PIECE_BYTES``."""
-        return list(self.iter_pieces())
 
 
 Transferable = bytes | memoryview | FileRegion

@@ -87,7 +87,7 @@ def test_a_region_past_the_end_of_its_file_is_an_error(tmp_path: Path) -> None:
     assert isinstance(error, RegionTruncatedError)
     assert received == b"head" + b"x" * 1000
     with pytest.raises(RegionTruncatedError):
-        FileRegion(file, 500, 1000).read_pieces()
+        materialize([FileRegion(file, 500, 1000)])
 
 
 def test_a_region_keeps_its_file_open_after_the_holder_lets_go(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ def test_a_region_keeps_its_file_open_after_the_holder_lets_go(tmp_path: Path) -
     fd = file.fd
     del file
     (tmp_path / "segment.log").unlink()  # deleted as retention does: still readable
-    assert region.read_pieces() == [b"cde"]
+    assert materialize([region]) == [b"cde"]
     del region
     with pytest.raises(OSError):
         os.fstat(fd)  # the last holder gone: the descriptor is closed
