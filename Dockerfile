@@ -12,12 +12,7 @@ WORKDIR /opt/kplane
 
 # Runtime only: no dev or report extras.
 COPY pyproject.toml README.md ./
-COPY broker ./broker
-COPY protocol ./protocol
-COPY common ./common
-COPY client ./client
-COPY tools ./tools
-COPY testing ./testing
+COPY kplane ./kplane
 COPY configs ./configs
 RUN pip install . \
     && rm -rf build kplane.egg-info \

@@ -49,13 +49,13 @@ bench: setup
 
 # The import contract: docs/ARCHITECTURE.md's layers, checked against every import.
 lint: setup
-	$(BIN)/ruff check protocol common broker client tools testing tests bench
+	$(BIN)/ruff check kplane tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_readme.py -k layers
 
-# Rewrites the controller schema packages (protocol/controller_schema/) from their JSON schemas.
+# Rewrites the controller schema packages (kplane/protocol/controller_schema/) from their JSON schemas.
 schemas: $(STAMP)
-	$(BIN)/python -m protocol.controller_schema.generate
+	$(BIN)/python -m kplane.protocol.controller_schema.generate
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -329,10 +329,10 @@ class KplaneTarget(SubprocessTarget):
 def _create_test_pki(directory: Path):
     """common.certs.create_test_pki for loopback (repo root on sys.path if needed)."""
     try:
-        from common.certs import create_test_pki
+        from kplane.common.certs import create_test_pki
     except ImportError:
         sys.path.insert(0, str(REPO_ROOT))
-        from common.certs import create_test_pki
+        from kplane.common.certs import create_test_pki
     return create_test_pki(directory, ["localhost", LOOPBACK])
 
 

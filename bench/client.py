@@ -21,9 +21,9 @@ from typing import Any
 
 from _baselines import KplaneTarget
 
-from client.kafka_client import KafkaClient
-from client.producer import Producer
-from common.network.config import ClientConfig
+from kplane.client.kafka_client import KafkaClient
+from kplane.client.producer import Producer
+from kplane.common.network.config import ClientConfig
 
 BATCH_BYTES = 1_048_576
 LINGER_MS = 5

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tools.loadtest.runner import main as loadtest
+from kplane.tools.loadtest.runner import main as loadtest
 
 
 def figures(summary: dict) -> dict:

@@ -44,8 +44,8 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.list_groups.v0.request import ListGroupsRequest
 from kio.schema.metadata.v1.request import MetadataRequest
 
-from testing.wire import WireClient
-from tools.serve_process import ServeFailed
+from kplane.testing.wire import WireClient
+from kplane.tools.serve_process import ServeFailed
 
 WARM_CONNECTIONS = 16
 RSS_MARGIN_MB = 64

@@ -17,9 +17,9 @@ from fuzz_schema import BodyWriter, Twist
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.static.primitive import i16, i32
 
-from protocol import api
-from protocol.body_scan import write_uvarint
-from protocol.records import Record, build_batch
+from kplane.protocol import api
+from kplane.protocol.body_scan import write_uvarint
+from kplane.protocol.records import Record, build_batch
 
 PROBE_CORRELATION = 0x7FFFFFF0
 LARGE_TOPIC = "fuzz-large"  # not in fuzz_schema.NAMES: no fuzzed request creates it

@@ -24,8 +24,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-from protocol.body_scan import write_uvarint
-from protocol.records import Record, build_batch
+from kplane.protocol.body_scan import write_uvarint
+from kplane.protocol.records import Record, build_batch
 
 
 class Twist(enum.Enum):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fuzz_frames import Frame
 
-from tools.serve_process import ServeProcess, json_events, spawn_serve
+from kplane.tools.serve_process import ServeProcess, json_events, spawn_serve
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SASL_USER, SASL_PASSWORD = "admin", "admin-secret"

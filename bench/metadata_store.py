@@ -33,8 +33,8 @@ from typing import Any
 from _baselines import REPO_ROOT, emit_json, free_port, read_proc_status
 from confluent_kafka.admin import AdminClient, NewTopic
 
-import broker
-from tools.serve_process import ServeProcess, spawn_serve
+import kplane
+from kplane.tools.serve_process import ServeProcess, spawn_serve
 
 CONFIG = str(REPO_ROOT / "configs" / "server.properties")
 
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "probe": args.probe,
             "budget_s": args.budget,
             "client": "confluent-kafka AdminClient.create_topics, 1 partition, replication 1",
-            "broker_tree": str(Path(broker.__file__).resolve().parent.parent),
+            "broker_tree": str(Path(kplane.__file__).resolve().parent.parent),
         },
         "levels": [],
         "loadavg_at_start": os.getloadavg(),

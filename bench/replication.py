@@ -104,10 +104,10 @@ from _baselines import (
     read_proc_status,
 )
 
-from broker.config.definitions import CONFIGS
-from tools.cluster import broker_overrides, listener_ports
-from tools.serve_process import ServeProcess, json_events, spawn_serve
-from tools.zookeeper import ZooKeeperServer, unavailable_reason
+from kplane.broker.config.definitions import CONFIGS
+from kplane.tools.cluster import broker_overrides, listener_ports
+from kplane.tools.serve_process import ServeProcess, json_events, spawn_serve
+from kplane.tools.zookeeper import ZooKeeperServer, unavailable_reason
 
 CONFIG = str(REPO_ROOT / "configs" / "server.properties")
 RECORD_BYTES = 1024
@@ -1144,7 +1144,7 @@ def main(argv: list[str] | None = None) -> int:
     interrupted = False
     failed = False
     home = os.getcwd()
-    # The children run ``python -m tools.cli``, which imports from its working directory
+    # The children run ``python -m kplane``, which imports from its working directory
     # first: from the temporary directory they import what this process imports.
     os.chdir(work)
     phases = {

@@ -45,7 +45,7 @@ def _api_versions(port: int, timeout_s: float = 30.0) -> None:
     """Wait until 127.0.0.1:``port`` answers ApiVersions."""
     from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-    from testing.wire import WireClient
+    from kplane.testing.wire import WireClient
 
     deadline = time.perf_counter() + timeout_s
     while True:
@@ -64,10 +64,10 @@ def _api_versions(port: int, timeout_s: float = 30.0) -> None:
 def in_process(brokers: int) -> dict[str, Any]:
     """Ready and shutdown times of in-process brokers, the first one with its imports."""
     began = time.perf_counter()
-    from broker.config.kafka_config import KafkaConfig
-    from broker.logging_setup import configure_logging
-    from broker.server.kafka_server import KafkaServer
-    from testing.plugin import TEST_DEFAULTS
+    from kplane.broker.config.kafka_config import KafkaConfig
+    from kplane.broker.logging_setup import configure_logging
+    from kplane.broker.server.kafka_server import KafkaServer
+    from kplane.testing.plugin import TEST_DEFAULTS
 
     configure_logging(cache_loggers=False)
     ready: list[float] = []

@@ -57,7 +57,7 @@ from _baselines import (
     read_proc_status,
 )
 
-from tools.serve_process import ServeFailed, ServeProcess, json_events, spawn_serve
+from kplane.tools.serve_process import ServeFailed, ServeProcess, json_events, spawn_serve
 
 CONFIG = str(REPO_ROOT / "configs" / "server.properties")
 RECORD_BYTES = 1024
@@ -833,7 +833,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     interrupted = False
     home = os.getcwd()
-    # The children run ``python -m tools.cli``, which imports from its working directory
+    # The children run ``python -m kplane``, which imports from its working directory
     # first: from the temporary directory, they import what this process would import
     # (the installed tree, or ``PYTHONPATH``'s).
     os.chdir(work)

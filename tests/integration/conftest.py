@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from common.certs import PkiFiles, create_test_pki
+from kplane.common.certs import PkiFiles, create_test_pki
 
 
 @pytest.fixture

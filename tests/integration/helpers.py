@@ -22,11 +22,12 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.static.primitive import i16, i32, i64
 
-from protocol.errors import ErrorCode
-from protocol.records import Record
-from testing.plugin import REPO_ROOT, RunningBroker
-from testing.wire import WireClient
-from tools.serve_process import json_events
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.records import Record
+from kplane.testing.plugin import RunningBroker
+from kplane.testing.wire import WireClient
+from kplane.tools.serve_process import json_events
+from tests.repo import REPO_ROOT
 
 
 def recs(prefix: str, count: int, size: int = 8) -> list[Record]:
@@ -247,7 +248,7 @@ def run_cli(tmp_path: Path, *overrides: str, config: str = "configs/server.prope
             ) -> subprocess.CompletedProcess[str]:
     """``kplane serve CONFIG`` with ``overrides`` and a log dir under ``tmp_path``, expected
     to stop by itself (a bad config): the finished process."""
-    args = [sys.executable, "-m", "tools.cli", "serve", str(REPO_ROOT / config),
+    args = [sys.executable, "-m", "kplane", "serve", str(REPO_ROOT / config),
             "--override", f"log.dirs={tmp_path / 'bad'}"]
     for item in overrides:
         args += ["--override", item]

@@ -13,7 +13,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tools.cli import main
+from kplane.tools.cli import main
 
 
 def acls(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -25,10 +25,10 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.static.primitive import i8, i32, i64
 from prometheus_client.parser import text_string_to_metric_families
 
-from protocol.errors import ErrorCode
-from protocol.records import Record, build_batch, iter_all_records, read_partial_batches
-from testing.plugin import RunningBroker
-from testing.wire import WireClient
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.records import Record, build_batch, iter_all_records, read_partial_batches
+from kplane.testing.plugin import RunningBroker
+from kplane.testing.wire import WireClient
 from tests.integration.helpers import fetch_partition, fetch_request, produce, recs
 
 DEADLINE_S = 30.0

@@ -6,12 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testing.plugin import REPO_ROOT, free_port
+from kplane.testing.plugin import free_port
+from tests.repo import REPO_ROOT
 
 
 def _configs(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tools.cli", "configs", *args,
+        [sys.executable, "-m", "kplane", "configs", *args,
          "--describe", "--entity-type", "brokers", "--entity-name", "0"],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
     )

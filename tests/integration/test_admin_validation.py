@@ -35,9 +35,9 @@ from kafka.admin import NewTopic as KpNewTopic
 from kafka.errors import InvalidConfigurationError
 from structlog.testing import capture_logs
 
-from protocol import api
-from protocol.errors import ErrorCode
-from testing.plugin import RunningBroker
+from kplane.protocol import api
+from kplane.protocol.errors import ErrorCode
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import numbered_round_trip
 
 TIMEOUT = datetime.timedelta(seconds=10)

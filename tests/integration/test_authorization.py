@@ -22,12 +22,12 @@ from confluent_kafka.admin import (
 from kafka import KafkaConsumer
 from kafka.errors import GroupAuthorizationFailedError
 
-from client import admin as kadmin
-from client.kafka_client import KafkaClient
-from common.network.config import ClientConfig
-from protocol.errors import ErrorCode
-from protocol.errors import KafkaError as PKafkaError
-from testing.plugin import RunningBroker
+from kplane.client import admin as kadmin
+from kplane.client.kafka_client import KafkaClient
+from kplane.common.network.config import ClientConfig
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.errors import KafkaError as PKafkaError
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import with_inter_broker_sasl
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from client.admin import (
+from kplane.client.admin import (
     EARLIEST,
     LATEST,
     MAX_TIMESTAMP,
@@ -34,11 +34,11 @@ from client.admin import (
     ScramMechanism,
     ScramUpsertion,
 )
-from client.kafka_client import BrokerNode, ClusterMetadata, KafkaClient
-from common.network.config import ClientConfig
-from protocol import api
-from protocol.errors import ErrorCode, KafkaError
-from testing.plugin import RunningBroker
+from kplane.client.kafka_client import BrokerNode, ClusterMetadata, KafkaClient
+from kplane.common.network.config import ClientConfig
+from kplane.protocol import api
+from kplane.protocol.errors import ErrorCode, KafkaError
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import produce_all
 
 DEADLINE_S = 30.0

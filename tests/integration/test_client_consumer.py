@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from client.consumer import (
+from kplane.client.consumer import (
     Consumer,
     ConsumerRecord,
     IllegalStateError,
     NoOffsetForPartition,
     OffsetOutOfRange,
 )
-from client.kafka_client import KafkaClient, NoBrokersAvailable
-from common.network.config import ClientConfig
-from testing.plugin import RunningBroker
+from kplane.client.kafka_client import KafkaClient, NoBrokersAvailable
+from kplane.common.network.config import ClientConfig
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import produce_all
 
 RECORDS = 30_000

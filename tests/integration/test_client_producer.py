@@ -24,19 +24,19 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME
 from confluent_kafka.admin import AdminClient, NewPartitions
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from client.kafka_client import KafkaClient, NoBrokersAvailable
-from client.producer import (
+from kplane.client.kafka_client import KafkaClient, NoBrokersAvailable
+from kplane.client.producer import (
     Producer,
     RecordMetadata,
     default_partition,
     murmur2,
 )
-from common.network.config import ClientConfig
-from common.network.connection import BrokerConnectionError
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode, KafkaError
-from protocol.records import read_partial_batches
-from testing.plugin import RunningBroker
+from kplane.common.network.config import ClientConfig
+from kplane.common.network.connection import BrokerConnectionError
+from kplane.protocol.api_keys import ApiKey
+from kplane.protocol.errors import ErrorCode, KafkaError
+from kplane.protocol.records import read_partial_batches
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import fetch_partition, fetch_request, read_from_beginning
 
 RECORDS = 20_000

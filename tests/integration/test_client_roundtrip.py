@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
-from testing.plugin import RunningBroker
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import produce_all, read_from_beginning
 
 RECORDS = 100_000

@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from client.admin import Admin, NewTopic, ScramMechanism, ScramUpsertion
-from client.consumer import Consumer
-from client.kafka_client import KafkaClient, NoBrokersAvailable
-from client.producer import Producer
-from common.certs import PkiFiles, create_test_pki
-from common.network.config import ClientConfig
-from common.network.sasl import SaslAuthenticationError
-from common.network.security import SslAuthenticationError
-from protocol.errors import ErrorCode
-from testing.plugin import RunningBroker
+from kplane.client.admin import Admin, NewTopic, ScramMechanism, ScramUpsertion
+from kplane.client.consumer import Consumer
+from kplane.client.kafka_client import KafkaClient, NoBrokersAvailable
+from kplane.client.producer import Producer
+from kplane.common.certs import PkiFiles, create_test_pki
+from kplane.common.network.config import ClientConfig
+from kplane.common.network.sasl import SaslAuthenticationError
+from kplane.common.network.security import SslAuthenticationError
+from kplane.protocol.errors import ErrorCode
+from kplane.testing.plugin import RunningBroker
 
 DEADLINE_S = 30.0
 CLIENT_PRINCIPAL = "User:CN=kplane-client,OU=test,O=kplane"

@@ -20,21 +20,21 @@ from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import TopicPartition as ConfluentTopicPartition
 from kafka import KafkaConsumer as KafkaPythonConsumer
 
-from client.consumer import READ_COMMITTED, READ_UNCOMMITTED, Consumer
-from client.errors import (
+from kplane.client.consumer import READ_COMMITTED, READ_UNCOMMITTED, Consumer
+from kplane.client.errors import (
     AbortableTransactionError,
     IllegalStateError,
     ProducerFencedError,
     TransactionAbortedError,
 )
-from client.kafka_client import KafkaClient
-from client.producer import Producer
-from client.transaction_manager import ConsumerGroupMetadata, TransactionState
-from common.network.config import ClientConfig
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from protocol.records import read_partial_batches
-from testing.plugin import RunningBroker
+from kplane.client.kafka_client import KafkaClient
+from kplane.client.producer import Producer
+from kplane.client.transaction_manager import ConsumerGroupMetadata, TransactionState
+from kplane.common.network.config import ClientConfig
+from kplane.protocol.api_keys import ApiKey
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.records import read_partial_batches
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import fetch_partition, fetch_request
 
 

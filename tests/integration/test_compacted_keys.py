@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from protocol.errors import ErrorCode
-from protocol.records import COMPRESSION_NAMES, Record, build_batch
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.records import COMPRESSION_NAMES, Record, build_batch
 from tests.integration.helpers import produce
 
 

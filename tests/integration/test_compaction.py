@@ -20,8 +20,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from testing.plugin import RunningBroker
-from tools import configs
+from kplane.testing.plugin import RunningBroker
+from kplane.tools import configs
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from testing.plugin import RunningBroker
-from tools import configs
-from tools.cli import build_parser
+from kplane.testing.plugin import RunningBroker
+from kplane.tools import configs
+from kplane.tools.cli import build_parser
 
 TOPIC = "configs-cli"
 
@@ -232,7 +232,7 @@ def _cli_has_configs() -> bool:
 @pytest.mark.skipif(not _cli_has_configs(), reason="kplane's cli does not register configs yet")
 def test_kplane_configs_command(broker: RunningBroker) -> None:
     """The ``kplane configs`` command as a process, as kafka-configs.sh is run."""
-    base = [sys.executable, "-m", "tools.cli", "configs"]
+    base = [sys.executable, "-m", "kplane", "configs"]
     base += ["--bootstrap-server", broker.bootstrap(), "--broker", "0"]
     altered = subprocess.run(
         [*base, "--alter", "--add-config", "log.cleaner.threads=2"],

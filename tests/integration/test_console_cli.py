@@ -11,7 +11,8 @@ import pytest
 from confluent_kafka import Consumer
 from kafka import KafkaProducer
 
-from testing.plugin import REPO_ROOT, RunningBroker
+from kplane.testing.plugin import RunningBroker
+from tests.repo import REPO_ROOT
 
 from .test_kafka_cli import ok
 
@@ -28,7 +29,7 @@ def test_sigterm_stops_the_console_consumer_quietly(broker: RunningBroker) -> No
     broker.create_topic("lines")
     _produce(broker, "lines", [b"a", b"b", b"c"])
     process = subprocess.Popen(
-        [sys.executable, "-m", "tools.cli", "console-consumer", "--bootstrap-server",
+        [sys.executable, "-m", "kplane", "console-consumer", "--bootstrap-server",
          broker.bootstrap_servers, "--topic", "lines", "--from-beginning"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
     )

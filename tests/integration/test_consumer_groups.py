@@ -33,7 +33,7 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
-from testing.plugin import RunningBroker
+from kplane.testing.plugin import RunningBroker
 
 PARTITIONS = 6
 PER_PARTITION = 10

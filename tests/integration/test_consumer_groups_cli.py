@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
-from testing.plugin import RunningBroker
+from kplane.testing.plugin import RunningBroker
 
 from .test_kafka_cli import kplane, ok
 

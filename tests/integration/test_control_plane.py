@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from protocol import api
-from protocol.errors import ErrorCode
-from protocol.records import build_batch
-from testing.plugin import RunningBroker
-from testing.wire import WireClient
+from kplane.protocol import api
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.records import build_batch
+from kplane.testing.plugin import RunningBroker
+from kplane.testing.wire import WireClient
 from tests.integration.helpers import produce, recs
 
 LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 4, 5, 6
@@ -237,7 +237,7 @@ def test_stop_replica_with_delete_drops_the_partition(cp_broker, version) -> Non
 
 
 def _tp(topic: str) -> Any:
-    from broker.log.partition import TopicPartition
+    from kplane.broker.log.partition import TopicPartition
 
     return TopicPartition(topic, 0)
 

@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient
 
-from protocol.errors import ErrorCode
+from kplane.protocol.errors import ErrorCode
 from tests.integration.helpers import fetch_partition, fetch_request
 
 STORAGES = ["memory", "file"]

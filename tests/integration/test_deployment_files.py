@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from broker.config.endpoint import EndPoint
-from broker.config.kafka_config import KafkaConfig
+from kplane.broker.config.endpoint import EndPoint
+from kplane.broker.config.kafka_config import KafkaConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"

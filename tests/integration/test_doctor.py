@@ -6,14 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common.certs import PkiFiles
-from testing.plugin import REPO_ROOT, free_port
+from kplane.common.certs import PkiFiles
+from kplane.testing.plugin import free_port
+from tests.repo import REPO_ROOT
 
 from .helpers import with_inter_broker_sasl
 
 
 def doctor(bootstrap: str, config: Path | None = None) -> subprocess.CompletedProcess[str]:
-    args = [sys.executable, "-m", "tools.cli", "doctor", "--bootstrap-server", bootstrap]
+    args = [sys.executable, "-m", "kplane", "doctor", "--bootstrap-server", bootstrap]
     if config is not None:
         args += ["--command-config", str(config)]
     return subprocess.run(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from protocol.errors import ErrorCode
+from kplane.protocol.errors import ErrorCode
 from tests.integration.helpers import produce_all, read_from_beginning
 
 pytestmark = pytest.mark.slow
@@ -53,7 +53,7 @@ def _stored(bootstrap: str, delivered: dict[int, list[int]]) -> dict[int, list[t
 def test_acknowledged_records_survive_a_restart(
     broker_process, tmp_path: Path, stop: str, acks: str  # type: ignore[no-untyped-def]
 ) -> None:
-    from testing.plugin import free_port, wait_for_port
+    from kplane.testing.plugin import free_port, wait_for_port
 
     log_dir = tmp_path / "data"
     port = free_port()
@@ -78,7 +78,7 @@ def test_acknowledged_records_survive_a_restart(
 def test_idempotent_producer_across_a_kill_writes_no_duplicate(
     broker_process, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
-    from testing.plugin import free_port, wait_for_port
+    from kplane.testing.plugin import free_port, wait_for_port
 
     log_dir = tmp_path / "data"
     port = free_port()
@@ -120,7 +120,7 @@ def test_idempotent_producer_across_a_kill_writes_no_duplicate(
 def test_a_second_broker_on_the_same_log_dirs_stops_with_one_line(
     broker_process, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
-    from testing.plugin import free_port
+    from kplane.testing.plugin import free_port
 
     log_dir = tmp_path / "data"
     first = _serve(broker_process, log_dir)
@@ -163,7 +163,7 @@ def test_committed_offsets_survive_a_restart_and_name_the_same_records(
 ) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
-    from testing.plugin import free_port, wait_for_port
+    from kplane.testing.plugin import free_port, wait_for_port
 
     log_dir = tmp_path / "data"
     port = free_port()
@@ -204,7 +204,7 @@ def test_committed_offsets_survive_a_restart_and_name_the_same_records(
 def test_a_cut_and_damaged_tail_is_recovered_to_the_last_valid_batch(
     broker_process, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
-    from testing.plugin import free_port, wait_for_port
+    from kplane.testing.plugin import free_port, wait_for_port
 
     log_dir = tmp_path / "data"
     port = free_port()
@@ -212,7 +212,7 @@ def test_a_cut_and_damaged_tail_is_recovered_to_the_last_valid_batch(
     wait_for_port("127.0.0.1", port)
     delivered = _produce(first.bootstrap, 600, "all", **{"batch.num.messages": 20})
     first.kill()
-    from protocol.records import read_partial_batches
+    from kplane.protocol.records import read_partial_batches
 
     segment = log_dir / f"{TOPIC}-0" / f"{0:020d}.log"
     size = segment.stat().st_size
@@ -310,8 +310,8 @@ def test_a_topic_asked_for_during_start_up_is_retriable_not_auto_created(
     from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
     from kio.schema.types import TopicName
 
-    from testing.plugin import free_port, wait_for_port
-    from testing.wire import WireClient
+    from kplane.testing.plugin import free_port, wait_for_port
+    from kplane.testing.wire import WireClient
 
     log_dir = tmp_path / "data"
     port = free_port()

@@ -19,10 +19,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from client import admin as kadmin
-from client.kafka_client import KafkaClient
-from common.network.config import ClientConfig
-from testing.plugin import RunningBroker
+from kplane.client import admin as kadmin
+from kplane.client.kafka_client import KafkaClient
+from kplane.common.network.config import ClientConfig
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import with_inter_broker_sasl
 
 SECRET = {"password.encoder.secret": "encoder-secret"}
@@ -181,7 +181,7 @@ def test_dynamic_values_survive_a_restart(broker_factory, tmp_path: Path) -> Non
 
 
 def test_passwords_are_encoded_and_never_shown(broker_factory, tmp_path: Path) -> None:
-    from common.certs import create_test_pki
+    from kplane.common.certs import create_test_pki
 
     pki = create_test_pki(tmp_path / "pki", ["localhost", "127.0.0.1"])
     log_dir = tmp_path / "pw"
@@ -314,7 +314,7 @@ def test_passwords_are_reencoded_under_a_new_secret(broker_factory, tmp_path: Pa
     after = json.loads(again.server.store.get("/config/brokers/0")[0])["config"][key]
     assert after != before
     assert again.server.dynamic.entity_configs("0") == {key: "p4ss"}
-    from broker.config.password_encoder import PasswordEncoder
+    from kplane.broker.config.password_encoder import PasswordEncoder
 
     assert PasswordEncoder("new-secret").decode(after) == "p4ss"
 

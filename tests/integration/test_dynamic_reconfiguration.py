@@ -14,9 +14,9 @@ from confluent_kafka.admin import AdminClient
 from cryptography import x509
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-from common.certs import create_test_pki
-from testing.plugin import RunningBroker
-from testing.wire import WireClient
+from kplane.common.certs import create_test_pki
+from kplane.testing.plugin import RunningBroker
+from kplane.testing.wire import WireClient
 from tests.integration.recording_reporter import LABEL, RecordingReporter
 from tests.integration.test_dynamic_config import _delete, _set
 

@@ -18,10 +18,11 @@ from kio.schema.list_offsets.v7.request import (
 from kio.schema.types import TopicName
 from kio.static.primitive import i8, i32, i64
 
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from protocol.records import build_batch
-from testing.plugin import REPO_ROOT, RunningBroker
+from kplane.protocol.api_keys import ApiKey
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.records import build_batch
+from kplane.testing.plugin import RunningBroker
+from tests.repo import REPO_ROOT
 
 from .helpers import command_config, produce, recs, secured_broker_overrides
 
@@ -127,7 +128,7 @@ def test_drop_connections_closes_open_ones(broker: RunningBroker) -> None:
 
 def _faults(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tools.cli", "faults", "--bootstrap-server", bootstrap, *args],
+        [sys.executable, "-m", "kplane", "faults", "--bootstrap-server", bootstrap, *args],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
     )
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testing.plugin import REPO_ROOT
+from tests.repo import REPO_ROOT
 
 FUZZ = REPO_ROOT / "bench" / "fuzz.py"
 FRAMES = 20_000
@@ -38,7 +38,7 @@ def test_a_seed_gives_the_same_frames() -> None:
     from fuzz_drive import Driver, Target
     from fuzz_frames import FrameSource
 
-    from protocol import api
+    from kplane.protocol import api
 
     served = {k: list(api.kio_versions(k)) for k in (0, 1, 3, 18, 19, 36)}
 

@@ -22,12 +22,12 @@ from kio.serial._introspect import classify_field, get_field_tag
 from kio.serial._serialize import get_field_writer
 from structlog.testing import capture_logs
 
-from broker.network.processor import WRITE_BUFFER_HIGH
-from protocol import api
-from protocol.body_scan import write_uvarint
-from protocol.errors import ErrorCode
-from protocol.framing import encode_request_frame
-from testing.plugin import RunningBroker
+from kplane.broker.network.processor import WRITE_BUFFER_HIGH
+from kplane.protocol import api
+from kplane.protocol.body_scan import write_uvarint
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.framing import encode_request_frame
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import connection_ids
 
 API_VERSIONS = ApiVersionsRequest(client_software_name="t", client_software_version="1")

@@ -16,13 +16,13 @@ from confluent_kafka import Producer
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 
-from broker.log.partition import TopicPartition
-from protocol import api
-from protocol.errors import ErrorCode
-from protocol.framing import encode_request_frame
-from protocol.records import Record, build_batch, iter_all_records
-from testing.plugin import RunningBroker
-from testing.wire import WireClient
+from kplane.broker.log.partition import TopicPartition
+from kplane.protocol import api
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.framing import encode_request_frame
+from kplane.protocol.records import Record, build_batch, iter_all_records
+from kplane.testing.plugin import RunningBroker
+from kplane.testing.wire import WireClient
 from tests.integration.helpers import (
     fetch_partition,
     fetch_request,

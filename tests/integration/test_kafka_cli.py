@@ -14,14 +14,15 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaProducer
 from kafka.errors import KafkaError as KafkaPythonError
 
-from testing.plugin import REPO_ROOT, RunningBroker
+from kplane.testing.plugin import RunningBroker
+from tests.repo import REPO_ROOT
 
 from .helpers import command_config, secured_broker_overrides, with_inter_broker_sasl
 
 
 def kplane(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tools.cli", *args],
+        [sys.executable, "-m", "kplane", *args],
         input=stdin, capture_output=True, text=True, cwd=REPO_ROOT, timeout=120, check=False,
     )
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from testing.plugin import RunningBroker
+from kplane.testing.plugin import RunningBroker
 
 KCAT = shutil.which("kcat")
 

@@ -15,9 +15,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
-from common.certs import PkiFiles
-from testing.plugin import RunningBroker
-from testing.wire import WireClient
+from kplane.common.certs import PkiFiles
+from kplane.testing.plugin import RunningBroker
+from kplane.testing.wire import WireClient
 from tests.integration.helpers import connection_ids, fetch_request, produce_all
 
 TOPIC = "fetched"

@@ -7,7 +7,7 @@ import time
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-from testing.wire import WireClient
+from kplane.testing.wire import WireClient
 
 
 def test_idle_connections_are_closed_after_connections_max_idle_ms(broker_factory) -> None:

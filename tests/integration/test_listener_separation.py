@@ -10,9 +10,9 @@ from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-from protocol.errors import ErrorCode
-from testing.plugin import RunningBroker
-from testing.wire import WireClient
+from kplane.protocol.errors import ErrorCode
+from kplane.testing.plugin import RunningBroker
+from kplane.testing.wire import WireClient
 
 TWO_LISTENERS = {
     "listeners": "INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.2:0",
@@ -114,8 +114,8 @@ def test_leader_without_the_listener(broker_factory) -> None:
     from kio.schema.metadata.v5.request import MetadataRequest as MetadataRequestV5
     from kio.schema.metadata.v5.request import MetadataRequestTopic as TopicV5
 
-    from broker.config.endpoint import EndPoint, SecurityProtocol
-    from broker.metadata.kafka_store import BrokerRegistration
+    from kplane.broker.config.endpoint import EndPoint, SecurityProtocol
+    from kplane.broker.metadata.kafka_store import BrokerRegistration
 
     broker = broker_factory(TWO_LISTENERS)
     # A second broker that registered only its INTERNAL listener (as a broker configured

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import uvloop
 
-from testing.plugin import RunningBroker
+from kplane.testing.plugin import RunningBroker
+from kplane.tools.loadtest.producers import LoadConfig
+from kplane.tools.loadtest.topics import create_topics
+from kplane.tools.loadtest.wire_load import WireLoad
 from tests.integration.helpers import read_from_beginning
-from tools.loadtest.producers import LoadConfig
-from tools.loadtest.topics import create_topics
-from tools.loadtest.wire_load import WireLoad
 
 
 def config(bootstrap: str, **changes: object) -> LoadConfig:

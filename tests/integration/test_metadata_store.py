@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from broker.metadata.store import (
+from kplane.broker.metadata.store import (
     BadVersionError,
     EmbeddedMetadataStore,
     MetadataStore,
@@ -23,8 +23,8 @@ from broker.metadata.store import (
     NoNodeError,
     NotEmptyError,
 )
-from broker.metadata.zk_store import ZooKeeperMetadataStore, split_connect
-from tools.zookeeper import ZooKeeperServer
+from kplane.broker.metadata.zk_store import ZooKeeperMetadataStore, split_connect
+from kplane.tools.zookeeper import ZooKeeperServer
 
 WAIT = 20.0  # seconds to wait for a watcher called from kazoo's thread
 

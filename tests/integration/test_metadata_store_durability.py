@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from testing.plugin import REPO_ROOT, free_port
-from tools.serve_process import ServeProcess, json_events, spawn_serve
+from kplane.testing.plugin import free_port
+from kplane.tools.serve_process import ServeProcess, json_events, spawn_serve
+from tests.repo import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 

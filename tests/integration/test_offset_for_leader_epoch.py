@@ -14,13 +14,19 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from broker.log.partition import Partition, TopicPartition
-from broker.server.leader_epoch_apis import OffsetForLeaderEpochApis
-from common.acl import AclBinding, AclOperation, AclPermissionType, AclResourceType, PatternType
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from protocol.records import build_batch
-from testing.plugin import RunningBroker
+from kplane.broker.log.partition import Partition, TopicPartition
+from kplane.broker.server.leader_epoch_apis import OffsetForLeaderEpochApis
+from kplane.common.acl import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AclResourceType,
+    PatternType,
+)
+from kplane.protocol.api_keys import ApiKey
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.records import build_batch
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import produce, recs
 
 VERSIONS = [2, 3, 4]

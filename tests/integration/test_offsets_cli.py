@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from testing.plugin import RunningBroker
-from tools.cli import main
+from kplane.testing.plugin import RunningBroker
+from kplane.tools.cli import main
 
 
 @pytest.mark.parametrize("time", ["x", "-4", "1.5"])

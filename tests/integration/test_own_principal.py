@@ -10,8 +10,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from common.certs import BROKER_CN, PkiFiles
-from testing.plugin import REPO_ROOT, free_port, wait_for_port
+from kplane.common.certs import BROKER_CN, PkiFiles
+from kplane.testing.plugin import free_port, wait_for_port
+from tests.repo import REPO_ROOT
 
 from .helpers import assert_one_error_line, run_cli
 

@@ -8,10 +8,10 @@ from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersions
 from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsV3
 from kio.schema.metadata.v12.request import MetadataRequest
 
-from protocol import api
-from protocol.errors import ErrorCode
-from protocol.framing import encode_request_frame
-from testing.plugin import RunningBroker
+from kplane.protocol import api
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.framing import encode_request_frame
+from kplane.testing.plugin import RunningBroker
 
 
 def _still_serves(broker: RunningBroker) -> None:

@@ -11,14 +11,14 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Producer as ConfluentProducer
 
-from client.consumer import Consumer
-from client.kafka_client import KafkaClient, NoBrokersAvailable, RebootstrapRequired
-from client.producer import Producer
-from common.network.config import ClientConfig
-from protocol import api
-from protocol.errors import ErrorCode
-from protocol.framing import parse_request_header, response_frame_prefix
-from testing.plugin import RunningBroker, free_port
+from kplane.client.consumer import Consumer
+from kplane.client.kafka_client import KafkaClient, NoBrokersAvailable, RebootstrapRequired
+from kplane.client.producer import Producer
+from kplane.common.network.config import ClientConfig
+from kplane.protocol import api
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.framing import parse_request_header, response_frame_prefix
+from kplane.testing.plugin import RunningBroker, free_port
 
 
 def _pair(

@@ -23,11 +23,11 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 from structlog.testing import capture_logs
 
-from broker.log.partition import TopicPartition
-from protocol.compression import compress
-from protocol.errors import ErrorCode
-from protocol.records import BATCH_HEADER_SIZE, Record, build_batch
-from testing.plugin import RunningBroker
+from kplane.broker.log.partition import TopicPartition
+from kplane.protocol.compression import compress
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.records import BATCH_HEADER_SIZE, Record, build_batch
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import produce, read_from_beginning
 
 CODECS = ("gzip", "snappy", "lz4", "zstd")

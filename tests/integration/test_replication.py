@@ -14,10 +14,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.log.partition import TopicPartition as Tp
-from protocol.errors import ErrorCode
-from protocol.records import build_batch
-from testing.plugin import RunningBroker
+from kplane.broker.log.partition import TopicPartition as Tp
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.records import build_batch
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import produce, recs
 
 
@@ -272,7 +272,7 @@ def test_controlled_shutdown_moves_leadership_without_producer_errors(cluster) -
 def test_replication_over_a_sasl_ssl_inter_broker_listener(
     broker_factory, zookeeper, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
-    from common.certs import create_test_pki
+    from kplane.common.certs import create_test_pki
 
     pki = create_test_pki(tmp_path / "pki", ["127.0.0.1", "localhost"])
     jaas = (

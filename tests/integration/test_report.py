@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from testing.plugin import REPO_ROOT
-from tools.loadtest.results import request_schema
-from tools.report import pipeline as report
+from kplane.tools.loadtest.results import request_schema
+from kplane.tools.report import pipeline as report
+from tests.repo import REPO_ROOT
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 START = {"idle": 1_700_000_000.0, "shared": 1_700_000_100.0, "separated": 1_700_000_200.0}
@@ -253,7 +253,7 @@ def test_unusable_results_dir_exit_2(
 
 
 def test_module_entry_point_without_spark(tmp_path: Path) -> None:
-    """``python -m tools.report.pipeline`` fails cleanly before Spark or matplotlib load."""
+    """``python -m kplane.tools.report.pipeline`` fails cleanly before Spark or matplotlib load."""
     code = (
         "import sys; from tools.report import pipeline; rc = pipeline.main(sys.argv[1:]); "
         "print(sorted(m for m in ('pyspark', 'matplotlib', 'pandas') if m in sys.modules)); "
@@ -270,7 +270,7 @@ def test_module_entry_point_without_spark(tmp_path: Path) -> None:
     assert (probe.returncode, probe.stdout.strip()) == (2, "[]")
     assert "does not exist" in probe.stderr
     module = subprocess.run(
-        [sys.executable, "-m", "tools.report.pipeline", str(tmp_path / "missing")],
+        [sys.executable, "-m", "kplane.tools.report.pipeline", str(tmp_path / "missing")],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

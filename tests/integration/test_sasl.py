@@ -10,9 +10,9 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from common.certs import PkiFiles
-from protocol.errors import ErrorCode
-from testing.plugin import RunningBroker
+from kplane.common.certs import PkiFiles
+from kplane.protocol.errors import ErrorCode
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import (
     assert_one_error_line,
     kafka_python_round_trip,

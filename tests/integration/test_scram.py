@@ -14,8 +14,8 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from common.certs import PkiFiles
-from testing.plugin import RunningBroker
+from kplane.common.certs import PkiFiles
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import kafka_python_round_trip, numbered_round_trip
 
 MECHANISMS = "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN"

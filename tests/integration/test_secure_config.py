@@ -11,14 +11,14 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from testing.plugin import REPO_ROOT
 from tests.integration.helpers import numbered_round_trip
 from tests.integration.test_serve import events_named, wait_for_event
+from tests.repo import REPO_ROOT
 
 
 def _kplane(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tools.cli", *args],
+        [sys.executable, "-m", "kplane", *args],
         capture_output=True,
         text=True,
         timeout=60,

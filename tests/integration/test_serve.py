@@ -13,9 +13,10 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from testing.plugin import REPO_ROOT, BrokerProcess
+from kplane.testing.plugin import BrokerProcess
+from kplane.tools.serve_process import ServeFailed, json_events, spawn_serve
 from tests.integration.helpers import assert_one_error_line, run_cli
-from tools.serve_process import ServeFailed, json_events, spawn_serve
+from tests.repo import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from testing.plugin import REPO_ROOT, require_zookeeper
+from kplane.testing.plugin import require_zookeeper
+from tests.repo import REPO_ROOT
 
 ENV = dict(os.environ, KPLANE_LOG_FORMAT="json")
 
 
 def _serve(tmp_path: Path, *overrides: str) -> subprocess.Popen[str]:
     config = str(REPO_ROOT / "configs/server.properties")
-    args = [sys.executable, "-m", "tools.cli", "serve", config]
+    args = [sys.executable, "-m", "kplane", "serve", config]
     for item in (f"log.dirs={tmp_path / 'data'}", "listeners=PLAINTEXT://127.0.0.1:0", *overrides):
         args += ["--override", item]
     return subprocess.Popen(
@@ -81,7 +82,7 @@ def test_ctrl_c_during_cluster_up_stops_every_process_it_started(tmp_path: Path)
     require_zookeeper()
     directory = tmp_path / "cluster"
     process = subprocess.Popen(
-        [sys.executable, "-m", "tools.cli", "cluster", "up", "--brokers", "3", "--base-port",
+        [sys.executable, "-m", "kplane", "cluster", "up", "--brokers", "3", "--base-port",
          "0", "--dir", str(directory)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, cwd=REPO_ROOT,
     )

@@ -8,9 +8,9 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from common.certs import PkiFiles
-from testing.plugin import RunningBroker
-from testing.wire import WireClient
+from kplane.common.certs import PkiFiles
+from kplane.testing.plugin import RunningBroker
+from kplane.testing.wire import WireClient
 from tests.integration.helpers import (
     assert_one_error_line,
     kafka_python_round_trip,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from testing.plugin import RunningBroker
-from tools.cli import main
+from kplane.testing.plugin import RunningBroker
+from kplane.tools.cli import main
 
 
 def topics(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

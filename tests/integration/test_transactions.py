@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from testing.plugin import BrokerProcess, RunningBroker, wait_for_port
+from kplane.testing.plugin import BrokerProcess, RunningBroker, wait_for_port
 
 
 def producer(bootstrap: str, transactional_id: str, **extra: object) -> Producer:

@@ -12,9 +12,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.group.placement import coordinator_for
-from broker.log.partition import TopicPartition
-from testing.plugin import RunningBroker
+from kplane.broker.group.placement import coordinator_for
+from kplane.broker.log.partition import TopicPartition
+from kplane.testing.plugin import RunningBroker
 from tests.integration.test_transactions import consume_all
 
 TXN_PARTITIONS = 50  # transaction.state.log.num.partitions, Kafka's default

@@ -11,8 +11,8 @@ from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 from kio.schema.offset_fetch.v7.request import OffsetFetchRequest, OffsetFetchRequestTopic
 
-from protocol.errors import ErrorCode
-from testing.plugin import RunningBroker
+from kplane.protocol.errors import ErrorCode
+from kplane.testing.plugin import RunningBroker
 
 
 def _open_transaction(broker: RunningBroker, topic: str, tid: str, group: str) -> Producer:

@@ -18,14 +18,14 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kio.static.primitive import i8
 
-from broker.log.file_log import FileLog
-from broker.log.log_config import LogSettings
-from broker.log.partition import Partition, TopicPartition
-from broker.log.transaction_index import AbortedTxn
-from broker.server.replica_manager import ReplicaManager
-from protocol.errors import ErrorCode
-from protocol.records import Record, build_batch, iter_all_records, scan_batches
-from testing.plugin import RunningBroker
+from kplane.broker.log.file_log import FileLog
+from kplane.broker.log.log_config import LogSettings
+from kplane.broker.log.partition import Partition, TopicPartition
+from kplane.broker.log.transaction_index import AbortedTxn
+from kplane.broker.server.replica_manager import ReplicaManager
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.records import Record, build_batch, iter_all_records, scan_batches
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import fetch_partition, fetch_request
 
 TOPIC = "txn-log"
@@ -366,7 +366,7 @@ def test_compaction_drops_aborted_records_and_then_the_markers(tmp_path: Path) -
     """Kafka's cleaner rules: an aborted record never survives (nor hides a committed value
     of its key); a producer's last batch stays, emptied; a marker stays while a batch of its
     transaction does, then gets a delete horizon, then goes."""
-    from broker.log.log_cleaner import CleanerConfig, LogCleaner
+    from kplane.broker.log.log_cleaner import CleanerConfig, LogCleaner
 
     settings = LogSettings(
         cleanup_policy=("compact",), min_cleanable_dirty_ratio=0.01, delete_retention_ms=0

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-from protocol import api
-from protocol.api_keys import ApiKey
-from testing.plugin import RunningBroker
-from testing.wire import WireClient
+from kplane.protocol import api
+from kplane.protocol.api_keys import ApiKey
+from kplane.testing.plugin import RunningBroker
+from kplane.testing.wire import WireClient
 
 
 def _served(broker: RunningBroker) -> list[tuple[int, int]]:

@@ -14,11 +14,11 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 
-from broker.config.errors import ConfigException
-from protocol import api
-from protocol.errors import ErrorCode
-from protocol.records import build_batch
-from testing.plugin import RunningBroker
+from kplane.broker.config.errors import ConfigException
+from kplane.protocol import api
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.records import build_batch
+from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import produce, recs
 from tests.integration.test_dynamic_config import _set
 
@@ -161,7 +161,7 @@ def test_start_up_guards(pair, broker_factory, zookeeper, tmp_path: Path) -> Non
 
 
 def test_topic_deletion_stops_the_replicas_on_every_broker(pair) -> None:
-    from broker.log.partition import TopicPartition
+    from kplane.broker.log.partition import TopicPartition
 
     first, second = pair
     partitions = _create(first, "doomed", 4)

@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from tools.cluster import STARTUP_TIMEOUT_S, start_broker
+from kplane.tools.cluster import STARTUP_TIMEOUT_S, start_broker
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cluster")]
 SESSION_TIMEOUT_MS = 3000
@@ -30,7 +30,7 @@ SESSION_TIMEOUT_MS = 3000
 
 def _kplane(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tools.cli", *args],
+        [sys.executable, "-m", "kplane", *args],
         capture_output=True,
         text=True,
         timeout=180,

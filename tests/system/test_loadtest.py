@@ -16,10 +16,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from testing.plugin import BrokerProcess, free_port
-from tools.loadtest import runner as loadtest
-from tools.loadtest.placement import available_cpus, default_split
-from tools.loadtest.results import request_schema, sample_schema
+from kplane.testing.plugin import BrokerProcess, free_port
+from kplane.tools.loadtest import runner as loadtest
+from kplane.tools.loadtest.placement import available_cpus, default_split
+from kplane.tools.loadtest.results import request_schema, sample_schema
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("loadtest")]
 
@@ -48,7 +48,7 @@ def run_report(out: Path, report_dir: Path) -> list[dict[str, str]]:
     mode): every file written, the plots PNGs; returns the rows of its latency.csv."""
     done = subprocess.run(
         [
-            sys.executable, "-m", "tools.cli", "report", str(out),
+            sys.executable, "-m", "kplane", "report", str(out),
             "--out", str(report_dir), "--master", "local[2]",
         ],
         capture_output=True, text=True, timeout=300, check=False,

@@ -15,7 +15,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from testing.plugin import require_zookeeper
+from kplane.testing.plugin import require_zookeeper
+from kplane.tools.loadtest.metrics import split_metric
+from kplane.tools.serve_process import json_events
 from tests.system.test_loadtest import (
     REQUEST_SCHEMA,
     SAMPLE_SCHEMA,
@@ -23,8 +25,6 @@ from tests.system.test_loadtest import (
     run_loadtest,
     run_report,
 )
-from tools.loadtest.metrics import split_metric
-from tools.serve_process import json_events
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("loadtest")]
 

@@ -3,9 +3,9 @@ without IdempotentWrite may write if it may Write some topic)."""
 
 from __future__ import annotations
 
-from broker.metadata.store import EmbeddedMetadataStore
-from broker.security.authorizer import AclAuthorizer
-from common.acl import (
+from kplane.broker.metadata.store import EmbeddedMetadataStore
+from kplane.broker.security.authorizer import AclAuthorizer
+from kplane.common.acl import (
     AclBinding,
     AclOperation,
     AclPermissionType,

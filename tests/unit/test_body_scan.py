@@ -12,8 +12,8 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.fetch.v15.request import FetchRequest
 from kio.static.primitive import Records
 
-from protocol import api
-from protocol.body_scan import MalformedBody, scan, write_uvarint
+from kplane.protocol import api
+from kplane.protocol.body_scan import MalformedBody, scan, write_uvarint
 
 st.register_type_strategy(Records, st.binary(max_size=64))
 

@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from common.certs import PkiFiles, create_test_pki, load_keystore, load_truststore
-from tools import cli
+from kplane.common.certs import PkiFiles, create_test_pki, load_keystore, load_truststore
+from kplane.tools import cli
 
 PASSWORD = "s3cret-pw"
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.checkpoint_file import (
+from kplane.broker.log.checkpoint_file import (
     CorruptCheckpointError,
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
 )
-from broker.utils.files import write_atomically
+from kplane.broker.utils.files import write_atomically
 
 
 def test_offsets_round_trip_in_kafkas_format(tmp_path: Path) -> None:

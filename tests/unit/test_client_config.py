@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from common.certs import PkiFiles, create_test_pki
-from common.network.config import ClientConfig
-from common.network.sasl import SaslCredentials
-from common.network.security import client_ssl_context
+from kplane.common.certs import PkiFiles, create_test_pki
+from kplane.common.network.config import ClientConfig
+from kplane.common.network.sasl import SaslCredentials
+from kplane.common.network.security import client_ssl_context
 
 BOOTSTRAP = {"bootstrap.servers": "127.0.0.1:9092"}
 SCRAM_JAAS = (

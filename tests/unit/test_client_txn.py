@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from client.errors import (
+from kplane.client.errors import (
     AbortableTransactionError,
     FatalTransactionError,
     IllegalStateError,
@@ -19,19 +19,19 @@ from client.errors import (
     TransactionAbortedError,
     TransactionalIdAuthorizationError,
 )
-from client.kafka_client import CoordinatorType
-from client.producer_batch import ProducerBatch
-from client.producer_retry import ExponentialBackoff
-from client.settings import CONSUMER_SETTINGS, PRODUCER_SETTINGS, read_settings
-from client.transaction_manager import (
+from kplane.client.kafka_client import CoordinatorType
+from kplane.client.producer_batch import ProducerBatch
+from kplane.client.producer_retry import ExponentialBackoff
+from kplane.client.settings import CONSUMER_SETTINGS, PRODUCER_SETTINGS, read_settings
+from kplane.client.transaction_manager import (
     ConsumerGroupMetadata,
     OffsetAndMetadata,
     TransactionManager,
     TransactionState,
 )
-from protocol import api
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode, KafkaError
+from kplane.protocol import api
+from kplane.protocol.api_keys import ApiKey
+from kplane.protocol.errors import ErrorCode, KafkaError
 
 E = ErrorCode
 

@@ -10,8 +10,8 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from client.consumer import READ_COMMITTED, READ_UNCOMMITTED, Consumer
-from protocol.records import Record, build_batch, build_control_batch
+from kplane.client.consumer import READ_COMMITTED, READ_UNCOMMITTED, Consumer
+from kplane.protocol.records import Record, build_batch, build_control_batch
 
 TP = ("t", 0)
 A, B = 1, 2  # producer ids

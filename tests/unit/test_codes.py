@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from broker.security.scram import ScramMechanismType
-from common.acl import AclOperation
-from protocol.codes import from_wire
+from kplane.broker.security.scram import ScramMechanismType
+from kplane.common.acl import AclOperation
+from kplane.protocol.codes import from_wire
 
 
 def test_from_wire() -> None:
@@ -15,7 +15,7 @@ def test_from_wire() -> None:
 
 
 def test_api_keys_are_kio_and_the_controller_schemas() -> None:
-    from protocol import api
-    from protocol.api_keys import ApiKey
+    from kplane.protocol import api
+    from kplane.protocol.api_keys import ApiKey
 
     assert {k.value: k.name.lower() for k in ApiKey} == api.API_NAMES

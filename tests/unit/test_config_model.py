@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.config.definitions import (
+from kplane.broker.config.definitions import (
     CONFIG_DEFS,
     CONFIGS,
     LONG_MAX,
@@ -12,9 +12,13 @@ from broker.config.definitions import (
     ConfigType,
     DynamicScope,
 )
-from broker.config.errors import ConfigException
-from broker.config.synonyms import broker_synonyms, dynamic_synonym
-from broker.config.topic_configs import BROKER_TO_TOPIC, TOPIC_CONFIGS, validate_topic_configs
+from kplane.broker.config.errors import ConfigException
+from kplane.broker.config.synonyms import broker_synonyms, dynamic_synonym
+from kplane.broker.config.topic_configs import (
+    BROKER_TO_TOPIC,
+    TOPIC_CONFIGS,
+    validate_topic_configs,
+)
 
 RO, BROKER, CLUSTER = DynamicScope.READ_ONLY, DynamicScope.PER_BROKER, DynamicScope.CLUSTER_WIDE
 

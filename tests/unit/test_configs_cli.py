@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from client.admin import ConfigEntry, ConfigSource, ConfigSynonym, OpType
-from tools import configs
-from tools.admin_session import UsageError, client_properties
-from tools.configs import (
+from kplane.client.admin import ConfigEntry, ConfigSource, ConfigSynonym, OpType
+from kplane.tools import configs
+from kplane.tools.admin_session import UsageError, client_properties
+from kplane.tools.configs import (
     Command,
     Entity,
     alter_ops,

@@ -7,7 +7,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.connection import (
+from kplane.protocol.connection import (
     CONNECTION_CLOSED,
     NEED_DATA,
     PAUSED,
@@ -16,7 +16,7 @@ from protocol.connection import (
     RequestReady,
     ServerConnection,
 )
-from protocol.framing import encode_request_frame
+from kplane.protocol.framing import encode_request_frame
 
 KNOWN = frozenset({0, 3, 17, 18, 36})
 SASL = frozenset({17, 18, 36})

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol import controller_schema
-from protocol.controller_schema.generate import (
+from kplane.protocol import controller_schema
+from kplane.protocol.controller_schema.generate import (
     JSON_DIR,
     PACKAGE,
     docstring,

@@ -24,9 +24,9 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
-from broker.server.request_metrics import request_name
-from protocol import api
-from protocol.errors import ErrorCode
+from kplane.broker.server.request_metrics import request_name
+from kplane.protocol import api
+from kplane.protocol.errors import ErrorCode
 
 LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 4, 5, 6
 FIRST_FLEXIBLE = {LEADER_AND_ISR: 4, STOP_REPLICA: 2, UPDATE_METADATA: 6}

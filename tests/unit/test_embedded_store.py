@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from broker.metadata.store import EmbeddedMetadataStore, NoNodeError
-from broker.metadata.store_log import LOG_FILE, SNAPSHOT_FILE
+from kplane.broker.metadata.store import EmbeddedMetadataStore, NoNodeError
+from kplane.broker.metadata.store_log import LOG_FILE, SNAPSHOT_FILE
 
 
 def tree(store: EmbeddedMetadataStore, path: str = "/") -> dict[str, tuple[bytes, tuple]]:

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import api
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from protocol.fetch_response import encode_fetch_response
+from kplane.protocol import api
+from kplane.protocol.api_keys import ApiKey
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.fetch_response import encode_fetch_response
 
 batches = st.lists(st.binary(min_size=0, max_size=64), max_size=3)
 partitions = st.lists(st.tuples(st.integers(0, 50), batches), max_size=3)

@@ -9,11 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.file_log import FileLog
-from broker.log.log_config import LogSettings
-from broker.log.segment import LogSegment
-from broker.utils.file_region import materialize
-from protocol.records import Record, build_batch, iter_all_records, number_batches, scan_batches
+from kplane.broker.log.file_log import FileLog
+from kplane.broker.log.log_config import LogSettings
+from kplane.broker.log.segment import LogSegment
+from kplane.broker.utils.file_region import materialize
+from kplane.protocol.records import (
+    Record,
+    build_batch,
+    iter_all_records,
+    number_batches,
+    scan_batches,
+)
 
 NOW = int(time.time() * 1000)
 

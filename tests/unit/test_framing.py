@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol import api
-from protocol.framing import (
+from kplane.protocol import api
+from kplane.protocol.framing import (
     FrameDecoder,
     FrameTooLarge,
     InvalidRequestHeader,

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from broker.config.endpoint import SecurityProtocol
-from broker.group.coordinator import GroupConfig, GroupCoordinator, MemberIdentity
-from broker.group.group_metadata import (
+from kplane.broker.config.endpoint import SecurityProtocol
+from kplane.broker.group.coordinator import GroupConfig, GroupCoordinator, MemberIdentity
+from kplane.broker.group.group_metadata import (
     GroupMetadata,
     GroupState,
     JoinGroupResult,
@@ -22,13 +22,13 @@ from broker.group.group_metadata import (
     OffsetAndMetadata,
     TopicPartition,
 )
-from broker.network.request_channel import Request, Response
-from broker.server.context import RequestContext
-from broker.server.group_apis import GroupApis
-from broker.utils.timer import SystemTimer
-from protocol import api
-from protocol.errors import ErrorCode
-from protocol.framing import RequestHeader
+from kplane.broker.network.request_channel import Request, Response
+from kplane.broker.server.context import RequestContext
+from kplane.broker.server.group_apis import GroupApis
+from kplane.broker.utils.timer import SystemTimer
+from kplane.protocol import api
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.framing import RequestHeader
 
 TOPICS = {"t": 6, "u": 2}
 WAIT = 5.0

@@ -1,6 +1,6 @@
 """Which broker coordinates a group."""
 
-from broker.group.placement import coordinator_for, java_string_hash, offsets_partition
+from kplane.broker.group.placement import coordinator_for, java_string_hash, offsets_partition
 
 
 def test_java_string_hash_matches_java() -> None:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from common.jaas import JaasError, parse_jaas_config
+from kplane.common.jaas import JaasError, parse_jaas_config
 
 
 def test_plain_login_module_with_users() -> None:

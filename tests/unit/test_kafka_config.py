@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from broker.config.definitions import (
+from kplane.broker.config.definitions import (
     CONFIG_DEFS,
     CONFIGS,
     ConfigDef,
@@ -16,10 +16,10 @@ from broker.config.definitions import (
     DynamicScope,
     Password,
 )
-from broker.config.docs import render_markdown
-from broker.config.endpoint import EndPoint, SecurityProtocol
-from broker.config.errors import ConfigException
-from broker.config.kafka_config import KafkaConfig
+from kplane.broker.config.docs import render_markdown
+from kplane.broker.config.endpoint import EndPoint, SecurityProtocol
+from kplane.broker.config.errors import ConfigException
+from kplane.broker.config.kafka_config import KafkaConfig
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = {"listeners": "PLAINTEXT://127.0.0.1:9092"}

@@ -1,6 +1,6 @@
 """One parser and formatter for listener-prefixed config keys."""
 
-from broker.config.listener_key import ListenerKey, base_name
+from kplane.broker.config.listener_key import ListenerKey, base_name
 
 
 def test_parse_and_format_round_trip() -> None:

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from broker.config.endpoint import EndPoint, SecurityProtocol
-from broker.config.errors import ConfigException
-from broker.config.listeners import (
+from kplane.broker.config.endpoint import EndPoint, SecurityProtocol
+from kplane.broker.config.errors import ConfigException
+from kplane.broker.config.listeners import (
     ListenerConfig,
     default_advertised_host,
     listener_names,

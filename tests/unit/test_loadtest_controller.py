@@ -6,10 +6,10 @@ import uuid
 
 import pytest
 
-from protocol import api
-from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
-from tools.loadtest.controller import (
+from kplane.protocol import api
+from kplane.protocol.api_keys import ApiKey
+from kplane.protocol.errors import ErrorCode
+from kplane.tools.loadtest.controller import (
     ControlPlan,
     Endpoint,
     leader_and_isr_request,

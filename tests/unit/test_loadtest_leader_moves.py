@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from broker.metrics import REQUEST_QUEUE_SIZE, BrokerMetrics
-from protocol import api
-from protocol.api_keys import ApiKey
-from tools.loadtest import runner as loadtest
-from tools.loadtest.cli import add_arguments
-from tools.loadtest.controller import ControlResult, Endpoint
-from tools.loadtest.leader_moves import (
+from kplane.broker.metrics import REQUEST_QUEUE_SIZE, BrokerMetrics
+from kplane.protocol import api
+from kplane.protocol.api_keys import ApiKey
+from kplane.tools.loadtest import runner as loadtest
+from kplane.tools.loadtest.cli import add_arguments
+from kplane.tools.loadtest.controller import ControlResult, Endpoint
+from kplane.tools.loadtest.leader_moves import (
     ELECT,
     REASSIGN,
     elect_request,
@@ -29,21 +29,21 @@ from tools.loadtest.leader_moves import (
     settled,
     shows,
 )
-from tools.loadtest.metrics import Sample, parse_scrape, split_metric
-from tools.loadtest.results import (
+from kplane.tools.loadtest.metrics import Sample, parse_scrape, split_metric
+from kplane.tools.loadtest.results import (
     PROPAGATION_PLANE,
     ScenarioRun,
     mean_broker_times,
     request_rows,
     summarize,
 )
-from tools.loadtest.scenarios import (
+from kplane.tools.loadtest.scenarios import (
     CLUSTER_SCENARIOS,
     ClusterTarget,
     Target,
     cluster_broker_overrides,
 )
-from tools.loadtest.topics import PartitionState, TopicState
+from kplane.tools.loadtest.topics import PartitionState, TopicState
 
 T0 = 1_700_000_000.0
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from broker.metrics import (
+from kplane.broker.metrics import (
     CONTROL_PLANE_REQUEST_QUEUE_SIZE,
     NETWORK_PROCESSOR_AVG_IDLE_PERCENT,
     REQUEST_QUEUE_SIZE,
     BrokerMetrics,
 )
-from tools.loadtest.metrics import Sample, parse_scrape
+from kplane.tools.loadtest.metrics import Sample, parse_scrape
 
 
 def exposition() -> str:

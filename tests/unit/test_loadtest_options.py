@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from tools.loadtest import runner as loadtest
-from tools.loadtest.controller import Endpoint
-from tools.loadtest.placement import (
+from kplane.tools.loadtest import runner as loadtest
+from kplane.tools.loadtest.controller import Endpoint
+from kplane.tools.loadtest.placement import (
     Placement,
     available_cpus,
     default_split,
     describe_placement,
     parse_cpus,
 )
-from tools.loadtest.progress import Progress
-from tools.loadtest.scenarios import (
+from kplane.tools.loadtest.progress import Progress
+from kplane.tools.loadtest.scenarios import (
     SCENARIOS,
     ScenarioError,
     broker_properties,
@@ -28,7 +28,7 @@ from tools.loadtest.scenarios import (
     parse_address,
     target_from_events,
 )
-from tools.serve_process import json_events
+from kplane.tools.serve_process import json_events
 
 
 def test_scenario_brokers() -> None:
@@ -147,7 +147,7 @@ def test_bad_options_exit_2_with_one_line(
 def test_add_parser_registers_the_subcommand() -> None:
     import argparse
 
-    from tools.loadtest import cli as loadtest_cli
+    from kplane.tools.loadtest import cli as loadtest_cli
 
     parser = argparse.ArgumentParser()
     loadtest_cli.add_parser(parser.add_subparsers(dest="command"))

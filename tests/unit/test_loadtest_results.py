@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tools.loadtest.controller import ControlResult, Endpoint
-from tools.loadtest.metrics import Sample
-from tools.loadtest.producers import LoadResult
-from tools.loadtest.results import (
+from kplane.tools.loadtest.controller import ControlResult, Endpoint
+from kplane.tools.loadtest.metrics import Sample
+from kplane.tools.loadtest.producers import LoadResult
+from kplane.tools.loadtest.results import (
     ScenarioRun,
     latency_stats,
     mean_broker_times,
@@ -23,7 +23,7 @@ from tools.loadtest.results import (
     write_parquet,
     write_summary,
 )
-from tools.loadtest.scenarios import Target
+from kplane.tools.loadtest.scenarios import Target
 
 T0 = 1_700_000_000.0
 CONTROL = Endpoint("CONTROLLER", "127.0.0.1", 9094)

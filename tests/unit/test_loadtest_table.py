@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tools.loadtest.table import summary_table
+from kplane.tools.loadtest.table import summary_table
 
 
 def _scenario(p50: float, p99: float, rate: float) -> dict:

@@ -11,11 +11,11 @@ from kio.schema.produce.v9.response import (
 )
 from kio.static.primitive import i32, i64
 
-from protocol import api
-from protocol.errors import ErrorCode
-from protocol.framing import parse_request_header, response_frame_prefix
-from protocol.records import scan_batches
-from tools.loadtest.wire_load import (
+from kplane.protocol import api
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.framing import parse_request_header, response_frame_prefix
+from kplane.protocol.records import scan_batches
+from kplane.tools.loadtest.wire_load import (
     CORRELATION_AT,
     PRODUCE,
     PRODUCE_VERSION,

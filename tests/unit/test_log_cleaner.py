@@ -14,22 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from broker.config.errors import ConfigException
-from broker.config.kafka_config import KafkaConfig
-from broker.log.file_log import FileLog
-from broker.log.log_cleaner import (
+from kplane.broker.config.errors import ConfigException
+from kplane.broker.config.kafka_config import KafkaConfig
+from kplane.broker.log.file_log import FileLog
+from kplane.broker.log.log_cleaner import (
     CleanerConfig,
     LogCleaner,
     group_segments_by_size,
     record_keys,
 )
-from broker.log.log_config import LogSettings
-from broker.log.log_manager import LogManager, LogManagerConfig
-from broker.log.partition import TopicPartition
-from broker.log.segment import LogSegment
-from broker.utils.file_region import materialize
-from protocol.compression import COMPRESSION_GZIP, COMPRESSION_NONE
-from protocol.records import (
+from kplane.broker.log.log_config import LogSettings
+from kplane.broker.log.log_manager import LogManager, LogManagerConfig
+from kplane.broker.log.partition import TopicPartition
+from kplane.broker.log.segment import LogSegment
+from kplane.broker.utils.file_region import materialize
+from kplane.protocol.compression import COMPRESSION_GZIP, COMPRESSION_NONE
+from kplane.protocol.records import (
     Record,
     build_batch,
     iter_all_records,

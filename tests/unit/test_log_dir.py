@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.checkpoint_file import OffsetCheckpointFile
-from broker.log.log_dir import (
+from kplane.broker.log.checkpoint_file import OffsetCheckpointFile
+from kplane.broker.log.log_dir import (
     InconsistentLogDirError,
     LogDir,
     LogDirError,
@@ -20,7 +20,7 @@ from broker.log.log_dir import (
 
 LOCKER = """
 import sys, time
-from broker.log.log_dir import LogDir
+from kplane.broker.log.log_dir import LogDir
 LogDir(sys.argv[1]).lock()
 print("locked", flush=True)
 time.sleep(120)

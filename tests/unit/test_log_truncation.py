@@ -13,18 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.file_log import FileLog
-from broker.log.leader_epoch_cache import CHECKPOINT, LeaderEpochCache
-from broker.log.log import Log, MemoryLog, UnexpectedAppendOffsetError, next_offset_after
-from broker.log.log_cleaner import CleanerConfig
-from broker.log.log_config import LogSettings
-from broker.log.log_manager import LogManager, LogManagerConfig
-from broker.log.partition import TopicPartition
-from broker.log.producer_state import list_snapshots
-from broker.log.segment import LogSegment
-from broker.log.transaction_index import AbortedTxn
-from broker.utils.file_region import materialize
-from protocol.records import (
+from kplane.broker.log.file_log import FileLog
+from kplane.broker.log.leader_epoch_cache import CHECKPOINT, LeaderEpochCache
+from kplane.broker.log.log import Log, MemoryLog, UnexpectedAppendOffsetError, next_offset_after
+from kplane.broker.log.log_cleaner import CleanerConfig
+from kplane.broker.log.log_config import LogSettings
+from kplane.broker.log.log_manager import LogManager, LogManagerConfig
+from kplane.broker.log.partition import TopicPartition
+from kplane.broker.log.producer_state import list_snapshots
+from kplane.broker.log.segment import LogSegment
+from kplane.broker.log.transaction_index import AbortedTxn
+from kplane.broker.utils.file_region import materialize
+from kplane.protocol.records import (
     EndTxnMarker,
     Record,
     build_batch,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import struct
 
-from broker.network.memory_pool import MemoryPool
-from protocol.framing import FrameDecoder
+from kplane.broker.network.memory_pool import MemoryPool
+from kplane.protocol.framing import FrameDecoder
 
 
 def _frame(size: int) -> bytes:

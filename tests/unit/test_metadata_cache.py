@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from broker.metadata.cache import MetadataCache, TopicInfo
+from kplane.broker.metadata.cache import MetadataCache, TopicInfo
 
 
 def topic(name: str) -> TopicInfo:

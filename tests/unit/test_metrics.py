@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.metrics import (
+from kplane.broker.metrics import (
     CONTROL_PLANE_REQUEST_QUEUE_SIZE,
     NETWORK_PROCESSOR_AVG_IDLE_PERCENT,
     REQUEST_HANDLER_AVG_IDLE_PERCENT,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker.log.offset_map import BYTES_PER_SLOT, OffsetMap
-from protocol.record_filter import filter_batch
-from protocol.records import Record, build_batch, iter_records
+from kplane.broker.log.offset_map import BYTES_PER_SLOT, OffsetMap
+from kplane.protocol.record_filter import filter_batch
+from kplane.protocol.records import Record, build_batch, iter_records
 
 
 def _keys(n: int) -> list[bytes]:

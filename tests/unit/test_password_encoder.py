@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from broker.config.errors import ConfigException
-from broker.config.password_encoder import (
+from kplane.broker.config.errors import ConfigException
+from kplane.broker.config.password_encoder import (
     PasswordDecodeError,
     PasswordEncoder,
     parse_encoded,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.network.plane_priority import ControlPlanePriority
+from kplane.broker.network.plane_priority import ControlPlanePriority
 
 
 def open_fds() -> int:

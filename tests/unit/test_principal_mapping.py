@@ -4,7 +4,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from broker.security.principal_mapping import (
+from kplane.broker.security.principal_mapping import (
     NoMatchingRuleError,
     Rule,
     SslPrincipalMapper,

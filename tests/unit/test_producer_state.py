@@ -9,7 +9,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from broker.log.producer_state import (
+from kplane.broker.log.producer_state import (
     CACHED_BATCHES,
     CorruptSnapshotError,
     ProducerStateManager,
@@ -19,9 +19,9 @@ from broker.log.producer_state import (
     load_latest_snapshot,
     write_snapshot,
 )
-from protocol.errors import ErrorCode, KafkaError
-from protocol.records import BatchHeader, Record, build_batch, number_batches, scan_batches
-from protocol.records import served_prefix as _served_prefix
+from kplane.protocol.errors import ErrorCode, KafkaError
+from kplane.protocol.records import BatchHeader, Record, build_batch, number_batches, scan_batches
+from kplane.protocol.records import served_prefix as _served_prefix
 
 NOW_MS = 1_700_000_000_000
 

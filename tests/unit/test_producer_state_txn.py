@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.producer_state import (
+from kplane.broker.log.producer_state import (
     CompletedTxn,
     ProducerInfo,
     ProducerStateManager,
     load_latest_snapshot,
     write_snapshot,
 )
-from protocol.errors import ErrorCode, KafkaError
-from protocol.records import (
+from kplane.protocol.errors import ErrorCode, KafkaError
+from kplane.protocol.records import (
     BatchHeader,
     EndTxnMarker,
     Record,

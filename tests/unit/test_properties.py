@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.config.errors import ConfigException
-from broker.config.properties import apply_overrides, load_properties, parse_properties
+from kplane.broker.config.errors import ConfigException
+from kplane.broker.config.properties import apply_overrides, load_properties, parse_properties
 
 
 def test_separators_equals_colon_and_whitespace() -> None:

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.config.errors import ConfigException
-from broker.config.kafka_config import KafkaConfig
-from broker.metadata.kafka_store import KafkaMetadataClient
-from broker.metadata.store import EmbeddedMetadataStore
-from broker.security.scram import ScramCredentialStore
-from broker.server.dynamic_listeners import ProposedListenerSecurity
-from common.certs import create_test_pki
+from kplane.broker.config.errors import ConfigException
+from kplane.broker.config.kafka_config import KafkaConfig
+from kplane.broker.metadata.kafka_store import KafkaMetadataClient
+from kplane.broker.metadata.store import EmbeddedMetadataStore
+from kplane.broker.security.scram import ScramCredentialStore
+from kplane.broker.server.dynamic_listeners import ProposedListenerSecurity
+from kplane.common.certs import create_test_pki
 
 
 def tls_config(tmp_path: Path, keystore: Path, password: str) -> KafkaConfig:

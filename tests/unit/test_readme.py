@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.config.docs import render_markdown
+from kplane.broker.config.docs import render_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -16,20 +16,21 @@ ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 DOCUMENTS = [README, ARCHITECTURE, ROOT / "bench" / "README.md", ROOT / "bench" / "RESULTS.md"]
 
 PATH_TOKEN = re.compile(
-    r"`((?:protocol|common|broker|client|tools|testing|bench|tests|configs|docs)/[^`\s]*"
+    r"`((?:kplane|bench|tests|configs|docs)/[^`\s]*"
     r"|Makefile|pyproject\.toml|README\.md|Dockerfile|docker-compose\.yml)`"
 )
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 LAYER_LINE = re.compile(r"^\s*(\d+)\s+(.+)$")
-TOOLS_MAY_IMPORT_FROM_SERVER = {"broker.server.kafka_server"}
+TOOLS_MAY_IMPORT_FROM_SERVER = {"kplane.broker.server.kafka_server"}
 PACKAGES = ("protocol", "common", "broker", "client", "tools", "testing")
+"""The packages under ``kplane/``, each with its layer."""
 
 
 def test_readme_config_reference_is_current() -> None:
     text = README.read_text()
     start = text.index("-->", text.index("<!-- config-reference:start")) + len("-->\n")
     end = text.index("<!-- config-reference:end -->")
-    assert text[start:end] == render_markdown(), "run: python -m broker.config.docs"
+    assert text[start:end] == render_markdown(), "run: python -m kplane.broker.config.docs"
 
 
 def test_readme_points_into_the_repository() -> None:
@@ -86,7 +87,8 @@ def test_architecture_names_the_modules_of_each_kip() -> None:
 
 
 def _layers() -> dict[str, int]:
-    """Package or module path prefix ('broker/server/', 'broker/logging_setup.py') -> layer."""
+    """Package or module path prefix ('kplane/broker/server/', 'kplane/broker/logging_setup.py')
+    -> layer."""
     text = ARCHITECTURE.read_text()
     block = text[text.index("```", text.index("## Layers")) + 3 :]
     block = block[: block.index("```")]
@@ -118,13 +120,13 @@ def _imports(path: Path) -> set[str]:
             modules.add(node.module)
         elif isinstance(node, ast.Import):
             modules.update(alias.name for alias in node.names)
-    return {m for m in modules if m.split(".")[0] in PACKAGES}
+    return {m for m in modules if m.split(".")[0] == "kplane"}
 
 
 def _rule_breaks() -> list[tuple[str, str]]:
     layers = _layers()
     found = []
-    for path in sorted(p for package in PACKAGES for p in ROOT.glob(f"{package}/**/*.py")):
+    for path in sorted(ROOT.glob("kplane/**/*.py")):
         source = path.relative_to(ROOT).as_posix()
         own = _layer_of(source, layers)
         if own is None:
@@ -136,13 +138,13 @@ def _rule_breaks() -> list[tuple[str, str]]:
             if target is None or target[0] == own[0]:
                 continue
             tool_into_server = (
-                own[0] == "tools/"
-                and target[0] == "broker/server/"
+                own[0] == "kplane/tools/"
+                and target[0] == "kplane/broker/server/"
                 and module not in TOOLS_MAY_IMPORT_FROM_SERVER
             )
-            client_into_broker = own[0] in ("client/", "common/") and target[0].startswith(
-                "broker/"
-            )
+            client_into_broker = own[0] in ("kplane/client/", "kplane/common/") and target[
+                0
+            ].startswith("kplane/broker/")
             if target[1] >= own[1] or tool_into_server or client_into_broker:
                 found.append((source, module))
     return found
@@ -150,12 +152,15 @@ def _rule_breaks() -> list[tuple[str, str]]:
 
 def test_architecture_layers_cover_every_package() -> None:
     layers = _layers()
-    packages = [p for p in (ROOT / "broker").iterdir() if (p / "__init__.py").exists()]
+    tops = {p.name for p in (ROOT / "kplane").iterdir() if (p / "__init__.py").exists()}
+    assert tops == set(PACKAGES), f"kplane/ holds {sorted(tops)}, the layers {PACKAGES}"
+    packages = [p for p in (ROOT / "kplane" / "broker").iterdir() if (p / "__init__.py").exists()]
     for package in packages:
-        assert f"broker/{package.name}/" in layers, f"broker/{package.name}/ has no layer"
+        name = f"kplane/broker/{package.name}/"
+        assert name in layers, f"{name} has no layer"
     for package in PACKAGES:
         if package != "broker":
-            assert f"{package}/" in layers, f"{package}/ has no layer"
+            assert f"kplane/{package}/" in layers, f"kplane/{package}/ has no layer"
 
 
 def test_every_import_against_the_layers_is_listed() -> None:

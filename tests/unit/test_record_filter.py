@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
-from protocol.compression import COMPRESSION_NAMES
-from protocol.errors import ErrorCode
-from protocol.record_filter import FilterResult, filter_batch
-from protocol.records import (
+from kplane.protocol.compression import COMPRESSION_NAMES
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.record_filter import FilterResult, filter_batch
+from kplane.protocol.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
     InvalidRecordError,

@@ -17,16 +17,16 @@ from hypothesis import strategies as st
 from kafka.errors import CorruptRecordError
 from kafka.record.default_records import DefaultRecordBatch
 
-from protocol.compression import (
+from kplane.protocol.compression import (
     DecompressedSizeExceeded,
     DecompressionError,
     compress,
     decompress,
 )
-from protocol.errors import ErrorCode
-from protocol.record_validation import ValidationPolicy, validate_batches
-from protocol.record_walk import walk_records
-from protocol.records import (
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.record_validation import ValidationPolicy, validate_batches
+from kplane.protocol.record_walk import walk_records
+from kplane.protocol.records import (
     BATCH_HEADER_SIZE,
     InvalidRecordError,
     Record,

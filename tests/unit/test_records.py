@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from protocol.errors import ErrorCode
-from protocol.records import (
+from kplane.protocol.errors import ErrorCode
+from kplane.protocol.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
     InvalidRecordError,
@@ -536,7 +536,7 @@ def test_kafka_python_reads_transactional_producer_fields() -> None:
 
 
 def test_the_small_zigzag_table_is_the_general_encoding() -> None:
-    from protocol import records
+    from kplane.protocol import records
 
     assert all(
         records._SMALL_ZIGZAG[v + 1] == records._zigzag_bytes(v) for v in range(-1, 16384)

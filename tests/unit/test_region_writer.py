@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from broker.network.region_writer import RegionWriter
-from broker.utils.file_region import (
+from kplane.broker.network.region_writer import RegionWriter
+from kplane.broker.utils.file_region import (
     FileRegion,
     OpenFile,
     RegionTruncatedError,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from broker.config.definitions import LONG_MAX
-from broker.log.partition import TopicPartition
-from broker.server.replication_quota import ReplicationQuota, throttled_replicas
+from kplane.broker.config.definitions import LONG_MAX
+from kplane.broker.log.partition import TopicPartition
+from kplane.broker.server.replication_quota import ReplicationQuota, throttled_replicas
 
 
 class Clock:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import scramp
 
-from broker.metadata.kafka_store import KafkaMetadataClient
-from broker.metadata.store import EmbeddedMetadataStore
-from broker.security.sasl_server import PlainServer, SaslAuthenticationFailed
-from broker.security.scram import (
+from kplane.broker.metadata.kafka_store import KafkaMetadataClient
+from kplane.broker.metadata.store import EmbeddedMetadataStore
+from kplane.broker.security.sasl_server import PlainServer, SaslAuthenticationFailed
+from kplane.broker.security.scram import (
     ScramCredential,
     ScramCredentialStore,
     ScramMechanismType,

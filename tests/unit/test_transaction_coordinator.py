@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.partition import TopicPartition
-from broker.metadata.kafka_store import KafkaMetadataClient
-from broker.metadata.store import EmbeddedMetadataStore
-from broker.network.broker_channels import BrokerChannelManager
-from broker.transaction.coordinator import TransactionConfig, TransactionCoordinator
-from broker.transaction.marker_channel import TransactionMarkerChannelManager, TxnMarker
-from broker.transaction.state_manager import TransactionStateManager
-from broker.transaction.transaction_metadata import TransactionState
-from broker.utils.timer import SystemTimer
-from protocol.errors import ErrorCode, KafkaError
+from kplane.broker.log.partition import TopicPartition
+from kplane.broker.metadata.kafka_store import KafkaMetadataClient
+from kplane.broker.metadata.store import EmbeddedMetadataStore
+from kplane.broker.network.broker_channels import BrokerChannelManager
+from kplane.broker.transaction.coordinator import TransactionConfig, TransactionCoordinator
+from kplane.broker.transaction.marker_channel import TransactionMarkerChannelManager, TxnMarker
+from kplane.broker.transaction.state_manager import TransactionStateManager
+from kplane.broker.transaction.transaction_metadata import TransactionState
+from kplane.broker.utils.timer import SystemTimer
+from kplane.protocol.errors import ErrorCode, KafkaError
 
 TP = TopicPartition("t", 0)
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.transaction_index import (
+from kplane.broker.log.transaction_index import (
     ENTRY_SIZE,
     AbortedTxn,
     CleanedTransactionMetadata,
     TransactionIndex,
 )
-from protocol.records import (
+from kplane.protocol.records import (
     EndTxnMarker,
     InvalidRecordError,
     Record,

@@ -1,0 +1,484 @@
+"""GroupMetadata: the state of one classic consumer group, as Kafka's coordinator keeps it.
+
+Plain data and state transitions only: no timers, no callbacks run here. The coordinator
+holds ``group.lock`` around every read and write, takes the parked join/sync callbacks out
+with ``take_join_callback`` / ``take_sync_callback`` and runs them after releasing the lock.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from kplane.protocol.errors import ErrorCode
+
+CONSUMER_PROTOCOL_TYPE = "consumer"
+NO_PROTOCOL = ""
+NO_LEADER = ""
+UNKNOWN_MEMBER_ID = ""
+NO_GENERATION = -1
+
+
+class GroupState(enum.Enum):
+    """The five states of a classic group; the value is the name Kafka reports."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+_VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.PREPARING_REBALANCE: frozenset(
+        {GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}
+    ),
+    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
+    GroupState.DEAD: frozenset(
+        {
+            GroupState.STABLE,
+            GroupState.PREPARING_REBALANCE,
+            GroupState.COMPLETING_REBALANCE,
+            GroupState.EMPTY,
+            GroupState.DEAD,
+        }
+    ),
+}
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A committed offset. ``expire_timestamp_ms`` is set only by OffsetCommit v2-v4 retention."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp_ms: int = 0
+    expire_timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupMember:
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupResult:
+    """What a JoinGroup answers; ``members`` is non-empty for the leader only."""
+
+    member_id: str
+    error: ErrorCode = ErrorCode.none
+    generation_id: int = NO_GENERATION
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str = NO_LEADER
+    skip_assignment: bool = False
+    members: tuple[JoinGroupMember, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupResult:
+    error: ErrorCode = ErrorCode.none
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+JoinCallback = Callable[[JoinGroupResult], None]
+SyncCallback = Callable[[SyncGroupResult], None]
+
+
+@dataclass(eq=False)
+class MemberMetadata:
+    """One member of a group. ``protocols`` keeps the member's order of preference."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    awaiting_join: JoinCallback | None = None
+    awaiting_sync: SyncCallback | None = None
+    is_new: bool = False
+    # Session timer bookkeeping (owned by the coordinator).
+    heartbeat_task: Any = None
+    heartbeat_epoch: int = 0
+
+    @property
+    def is_static(self) -> bool:
+        return self.group_instance_id is not None
+
+    @property
+    def is_awaiting_join(self) -> bool:
+        return self.awaiting_join is not None
+
+    @property
+    def is_awaiting_sync(self) -> bool:
+        return self.awaiting_sync is not None
+
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+    def metadata(self, protocol: str) -> bytes:
+        for name, data in self.protocols:
+            if name == protocol:
+                return data
+        raise ValueError(f"member {self.member_id} does not support protocol {protocol}")
+
+    def matches(self, protocols: Sequence[tuple[str, bytes]]) -> bool:
+        """Same protocols with the same metadata, in the same order."""
+        return list(protocols) == self.protocols
+
+    def vote(self, candidates: set[str]) -> str:
+        """The member's most preferred protocol among ``candidates``."""
+        for name, _ in self.protocols:
+            if name in candidates:
+                return name
+        raise ValueError(f"member {self.member_id} supports none of {sorted(candidates)}")
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """DescribeGroups' view of a group (metadata and assignments only when Stable)."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_data: str
+    members: tuple[MemberDescription, ...] = ()
+    error: ErrorCode = ErrorCode.none
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOverview:
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str = "classic"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def parse_subscribed_topics(metadata: bytes) -> set[str] | None:
+    """Topics of a ConsumerProtocolSubscription (any version), or None if it does not parse."""
+    try:
+        (_version, count) = struct.unpack_from(">hi", metadata, 0)
+        pos = 6
+        topics = set()
+        for _ in range(count):
+            (length,) = struct.unpack_from(">h", metadata, pos)
+            pos += 2
+            if length < 0 or pos + length > len(metadata):
+                return None
+            topics.add(metadata[pos : pos + length].decode("utf-8"))
+            pos += length
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+@dataclass(eq=False)
+class GroupMetadata:
+    """A classic group: members, generation, selected protocol, leader and offsets."""
+
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    state_timestamp_ms: int | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    generation_id: int = 0
+    leader_id: str | None = None
+    members: dict[str, MemberMetadata] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)
+    pending_members: set[str] = field(default_factory=set)
+    pending_sync_members: set[str] = field(default_factory=set)
+    num_members_awaiting_join: int = 0
+    new_member_added: bool = False
+    offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
+    pending_txn_offsets: dict[int, dict[TopicPartition, OffsetAndMetadata]] = field(
+        default_factory=dict
+    )
+    """Offsets committed in transactions not yet completed, by producer id (KIP-98)."""
+    subscribed_topics: set[str] | None = None
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    # Timer bookkeeping owned by the coordinator.
+    pending_member_tasks: dict[str, Any] = field(default_factory=dict, repr=False)
+    sync_task: Any = field(default=None, repr=False)
+    _supported_protocols: Counter[str] = field(default_factory=Counter, repr=False)
+
+    # -- state --------------------------------------------------------------------------
+
+    def is_(self, state: GroupState) -> bool:
+        return self.state is state
+
+    def transition_to(self, state: GroupState) -> None:
+        if self.state not in _VALID_PREVIOUS[state]:
+            raise RuntimeError(
+                f"group {self.group_id}: cannot move from {self.state.value} to {state.value}"
+            )
+        self.state = state
+        self.state_timestamp_ms = now_ms()
+
+    @property
+    def can_rebalance(self) -> bool:
+        return self.state in _VALID_PREVIOUS[GroupState.PREPARING_REBALANCE]
+
+    # -- membership ---------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def has(self, member_id: str) -> bool:
+        return member_id in self.members
+
+    def get(self, member_id: str) -> MemberMetadata:
+        return self.members[member_id]
+
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader_id == member_id
+
+    def is_pending_member(self, member_id: str) -> bool:
+        return member_id in self.pending_members
+
+    def current_static_member_id(self, group_instance_id: str) -> str | None:
+        return self.static_members.get(group_instance_id)
+
+    @staticmethod
+    def generate_member_id(client_id: str, group_instance_id: str | None) -> str:
+        prefix = group_instance_id if group_instance_id is not None else client_id
+        return f"{prefix}-{uuid.uuid4()}"
+
+    def add(self, member: MemberMetadata, callback: JoinCallback | None = None) -> None:
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        self.members[member.member_id] = member
+        self._supported_protocols.update(set(member.protocol_names()))
+        member.awaiting_join = callback
+        if callback is not None:
+            self.num_members_awaiting_join += 1
+        self.pending_members.discard(member.member_id)
+
+    def remove(self, member_id: str) -> MemberMetadata | None:
+        """Drop a member (or a pending member); parked callbacks are the caller's to answer."""
+        member = self.members.pop(member_id, None)
+        if member is not None:
+            self._supported_protocols.subtract(set(member.protocol_names()))
+            self._supported_protocols += Counter()  # drop zero counts
+            if member.is_awaiting_join:
+                self.num_members_awaiting_join -= 1
+            if member.group_instance_id is not None:
+                self.static_members.pop(member.group_instance_id, None)
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        self.pending_members.discard(member_id)
+        self.pending_sync_members.discard(member_id)
+        return member
+
+    def update_member(
+        self,
+        member: MemberMetadata,
+        protocols: Sequence[tuple[str, bytes]],
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        callback: JoinCallback | None,
+    ) -> JoinCallback | None:
+        """Update a member's protocols and park its join; returns a replaced parked callback."""
+        self._supported_protocols.subtract(set(member.protocol_names()))
+        member.protocols = list(protocols)
+        self._supported_protocols.update(set(member.protocol_names()))
+        self._supported_protocols += Counter()
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.session_timeout_ms = session_timeout_ms
+        previous = member.awaiting_join
+        if callback is not None and previous is None:
+            self.num_members_awaiting_join += 1
+        elif callback is None and previous is not None:
+            self.num_members_awaiting_join -= 1
+        member.awaiting_join = callback
+        return previous
+
+    def take_join_callback(self, member: MemberMetadata) -> JoinCallback | None:
+        """Clear the member's parked JoinGroup and return its callback (None if not parked)."""
+        callback = member.awaiting_join
+        if callback is not None:
+            member.awaiting_join = None
+            self.num_members_awaiting_join -= 1
+        return callback
+
+    def take_sync_callback(self, member: MemberMetadata) -> SyncCallback | None:
+        callback = member.awaiting_sync
+        member.awaiting_sync = None
+        return callback
+
+    def replace_static_member(
+        self, group_instance_id: str, old_member_id: str, new_member_id: str
+    ) -> tuple[MemberMetadata, JoinCallback | None, SyncCallback | None]:
+        """Give a static member a new member id; returns it and the old id's parked callbacks."""
+        member = self.members.pop(old_member_id)
+        join_cb = self.take_join_callback(member)
+        sync_cb = self.take_sync_callback(member)
+        member.member_id = new_member_id
+        self.members[new_member_id] = member
+        if self.leader_id == old_member_id:
+            self.leader_id = new_member_id
+        self.static_members[group_instance_id] = new_member_id
+        if old_member_id in self.pending_sync_members:
+            self.pending_sync_members.discard(old_member_id)
+            self.pending_sync_members.add(new_member_id)
+        return member, join_cb, sync_cb
+
+    def all_members(self) -> list[MemberMetadata]:
+        return list(self.members.values())
+
+    @property
+    def has_all_members_joined(self) -> bool:
+        return len(self.members) == self.num_members_awaiting_join and not self.pending_members
+
+    def not_yet_rejoined_members(self) -> list[MemberMetadata]:
+        return [m for m in self.members.values() if not m.is_awaiting_join]
+
+    def maybe_elect_new_joined_leader(self) -> bool:
+        """Keep a leader that rejoined, or pick any member that did; False if none did."""
+        if self.leader_id is None:
+            return False
+        leader = self.members.get(self.leader_id)
+        if leader is not None and leader.is_awaiting_join:
+            return True
+        for member_id, member in self.members.items():
+            if member.is_awaiting_join:
+                self.leader_id = member_id
+                return True
+        return False
+
+    @property
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    # -- protocols ----------------------------------------------------------------------
+
+    def candidate_protocols(self) -> set[str]:
+        n = len(self.members)
+        return {name for name, count in self._supported_protocols.items() if count == n}
+
+    def supports_protocols(self, protocol_type: str, protocols: Iterable[str]) -> bool:
+        names = set(protocols)
+        if self.is_(GroupState.EMPTY):
+            return bool(protocol_type) and bool(names)
+        n = len(self.members)
+        return self.protocol_type == protocol_type and any(
+            self._supported_protocols.get(name, 0) == n for name in names
+        )
+
+    def select_protocol(self) -> str:
+        """The protocol all members support that gets the most first-choice votes."""
+        if not self.members:
+            raise RuntimeError(f"cannot select a protocol for empty group {self.group_id}")
+        candidates = self.candidate_protocols()
+        votes = Counter(m.vote(candidates) for m in self.members.values())
+        best = max(votes.values())
+        # Ties go to the protocol voted first, so the choice does not depend on hashing.
+        for member in self.members.values():
+            choice = member.vote(candidates)
+            if votes[choice] == best:
+                return choice
+        raise AssertionError("unreachable")
+
+    def init_next_generation(self) -> None:
+        self.generation_id += 1
+        if self.members:
+            self.protocol_name = self.select_protocol()
+            self.subscribed_topics = self._compute_subscribed_topics()
+            self.transition_to(GroupState.COMPLETING_REBALANCE)
+        else:
+            self.protocol_name = None
+            self.subscribed_topics = self._compute_subscribed_topics()
+            self.transition_to(GroupState.EMPTY)
+        self.pending_sync_members.clear()
+
+    def _compute_subscribed_topics(self) -> set[str] | None:
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol_name is None:
+            return None if self.members else set()
+        topics: set[str] = set()
+        for member in self.members.values():
+            parsed = parse_subscribed_topics(member.metadata(self.protocol_name))
+            if parsed is None:
+                return None
+            topics |= parsed
+        return topics
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        if self.subscribed_topics is None:
+            return True
+        return topic in self.subscribed_topics
+
+    def current_member_metadata(self) -> tuple[JoinGroupMember, ...]:
+        if self.protocol_name is None:
+            raise RuntimeError(f"no protocol selected for group {self.group_id}")
+        protocol = self.protocol_name
+        return tuple(
+            JoinGroupMember(m.member_id, m.group_instance_id, m.metadata(protocol))
+            for m in self.members.values()
+        )
+
+    # -- views --------------------------------------------------------------------------
+
+    def describe(self) -> GroupDescription:
+        stable = self.is_(GroupState.STABLE) and self.protocol_name is not None
+        members = tuple(
+            MemberDescription(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                metadata=m.metadata(self.protocol_name) if stable and self.protocol_name else b"",
+                assignment=m.assignment if stable else b"",
+            )
+            for m in self.members.values()
+        )
+        return GroupDescription(
+            group_id=self.group_id,
+            state=self.state.value,
+            protocol_type=self.protocol_type or "",
+            protocol_data=(self.protocol_name or NO_PROTOCOL) if stable else NO_PROTOCOL,
+            members=members,
+        )
+
+    def overview(self) -> GroupOverview:
+        return GroupOverview(self.group_id, self.protocol_type or "", self.state.value)

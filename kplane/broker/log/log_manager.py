@@ -1,0 +1,429 @@
+"""LogManager: the partitions this broker hosts and, with file storage, their log dirs.
+
+With ``kplane.log.storage=file`` (the default) each ``log.dirs`` entry is locked, carries
+``meta.properties``, and holds one directory per partition; start-up loads them (recovering
+the ones written after the last flush when the broker did not stop cleanly), and background
+tasks apply retention, flush, and write the recovery-point and log-start-offset checkpoints.
+With ``log.cleaner.enable`` the LogCleaner (``broker/log/log_cleaner.py``) compacts the logs
+whose cleanup policy contains compact (and applies their retention); each log's first dirty
+offset is kept in its dir's ``cleaner-offset-checkpoint``.
+With ``memory`` the logs live in memory and are gone at exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from kplane.broker.config.errors import ConfigException
+from kplane.broker.log.file_log import FileLog
+from kplane.broker.log.log import Log, MemoryLog
+from kplane.broker.log.log_cleaner import CleanerConfig, LogCleaner
+from kplane.broker.log.log_config import LogSettings
+from kplane.broker.log.log_dir import LogDir, LogDirError
+from kplane.broker.log.partition import Partition, TopicPartition
+from kplane.broker.log.segment import LogSegment
+from kplane.broker.metrics.registry import BrokerMetrics
+from kplane.broker.utils.scheduler import KafkaScheduler
+
+log = structlog.get_logger(__name__)
+
+FILE = "file"
+MEMORY = "memory"
+DELETE_SUFFIX = "-delete"
+
+
+@dataclass(frozen=True, slots=True)
+class LogManagerConfig:
+    """The broker settings the LogManager acts on (topic-level ones come per log)."""
+
+    storage: str = MEMORY
+    log_dirs: tuple[str, ...] = ()
+    retention_check_interval_ms: int = 300_000
+    flush_check_interval_ms: int = 2**63 - 1
+    recovery_point_checkpoint_interval_ms: int = 60_000
+    log_start_checkpoint_interval_ms: int = 60_000
+    file_delete_delay_ms: int = 60_000
+
+
+class LogManager:
+    """Creates, loads, finds and deletes the Partitions hosted by this broker."""
+
+    def __init__(
+        self,
+        config: LogManagerConfig | None = None,
+        settings: Callable[[str], LogSettings] = lambda topic: LogSettings(),
+    ) -> None:
+        self.config = config or LogManagerConfig()
+        self._settings = settings
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self._dirs_of: dict[TopicPartition, LogDir] = {}
+        self._lock = threading.Lock()
+        try:
+            self.log_dirs = [LogDir(Path(d)) for d in self.config.log_dirs]
+        except LogDirError as exc:
+            raise ConfigException(str(exc), name="log.dirs") from None
+        self._scheduler: KafkaScheduler | None = None
+        self.cleaner: LogCleaner | None = None
+        self._cleaner_offsets: dict[int, dict[tuple[str, int], int]] = {
+            id(d): {} for d in self.log_dirs
+        }
+        self._cleaner_offsets_lock = threading.Lock()
+
+    @property
+    def files(self) -> bool:
+        return self.config.storage == FILE
+
+    # start-up and shutdown -------------------------------------------------------------
+    def lock_dirs(self) -> None:
+        """Lock every log dir; ConfigException (one line) when another broker holds one."""
+        locked = []
+        try:
+            for log_dir in self.log_dirs:
+                log_dir.lock()
+                locked.append(log_dir)
+        except LogDirError as exc:
+            for log_dir in locked:
+                log_dir.unlock()
+            raise ConfigException(str(exc), name="log.dirs") from None
+
+    def check_identity(self, broker_id: int, cluster_id: str) -> None:
+        """``meta.properties`` in each log dir names this broker and cluster (Kafka's
+        InconsistentBrokerIdException / InconsistentClusterIdException as one line)."""
+        for log_dir in self.log_dirs:
+            try:
+                log_dir.check_meta_properties(broker_id, cluster_id)
+            except LogDirError as exc:
+                raise ConfigException(str(exc), name="log.dirs") from None
+
+    def startup(
+        self, cleaner: CleanerConfig | None = None, metrics: BrokerMetrics | None = None
+    ) -> None:
+        """Load the logs on disk and start the background tasks, and the log cleaner when
+        ``cleaner`` enables it."""
+        if not self.files:
+            return
+        started = time.monotonic()
+        for log_dir in self.log_dirs:
+            self._load_dir(log_dir)
+        log.info(
+            "logs loaded",
+            partitions=len(self._partitions),
+            log_dirs=[str(d.path) for d in self.log_dirs],
+            ms=round((time.monotonic() - started) * 1000),
+        )
+        c = self.config
+        self._scheduler = scheduler = KafkaScheduler("kafka-log-scheduler")
+        scheduler.schedule(
+            "kafka-log-retention", self.cleanup_logs, c.retention_check_interval_ms,
+            c.retention_check_interval_ms,
+        )
+        if c.flush_check_interval_ms < 2**62:
+            scheduler.schedule(
+                "kafka-log-flusher", self._flush_due, c.flush_check_interval_ms,
+                c.flush_check_interval_ms,
+            )
+        if c.recovery_point_checkpoint_interval_ms > 0:
+            scheduler.schedule(
+                "kafka-recovery-point-checkpoint", self.checkpoint_recovery_points,
+                c.recovery_point_checkpoint_interval_ms, c.recovery_point_checkpoint_interval_ms,
+            )
+        if c.log_start_checkpoint_interval_ms > 0:
+            scheduler.schedule(
+                "kafka-log-start-offset-checkpoint", self.checkpoint_log_start_offsets,
+                c.log_start_checkpoint_interval_ms, c.log_start_checkpoint_interval_ms,
+            )
+        if cleaner is not None and cleaner.enable:
+            self.cleaner = LogCleaner(cleaner, self, metrics)
+            self.cleaner.startup()
+
+    def _load_dir(self, log_dir: LogDir) -> None:
+        clean = log_dir.had_clean_shutdown()
+        recovery_points = log_dir.recovery_points.read()
+        log_starts = log_dir.log_start_offsets.read()
+        self._cleaner_offsets[id(log_dir)] = dict(log_dir.cleaner_offsets.read())
+        for path in log_dir.path.iterdir():
+            if path.is_dir() and path.name.endswith(DELETE_SUFFIX):
+                shutil.rmtree(path, ignore_errors=True)  # a deletion cut short by a stop
+        for topic, partition, path in log_dir.partition_dirs():
+            tp = TopicPartition(topic, partition)
+            file_log = self._file_log(
+                tp,
+                path,
+                recovery_point=recovery_points.get((topic, partition), 0),
+                log_start_offset=log_starts.get((topic, partition), 0),
+                clean=clean,
+            )
+            self._partitions[tp] = Partition(tp, file_log)
+            self._dirs_of[tp] = log_dir
+        log_dir.remove_clean_shutdown_marker()
+
+    def _file_log(self, tp: TopicPartition, path: Path, **kwargs: object) -> FileLog:
+        topic = tp.topic
+        return FileLog(
+            path,
+            lambda: self._settings(topic),
+            self._retire,
+            on_roll=self._flush_rolled,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    def shutdown(self) -> None:
+        """A clean stop: background tasks stopped, every log flushed and closed, the
+        checkpoints written, then the clean-shutdown marker that lets the next start skip
+        recovery."""
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
+            self.cleaner = None
+        if self._scheduler is not None:
+            self._scheduler.shutdown()
+            self._scheduler = None
+        if self.files:
+            with self._lock:
+                for partition in self._partitions.values():
+                    partition.close()
+                self.checkpoint_recovery_points()
+                self.checkpoint_log_start_offsets()
+                for log_dir in self.log_dirs:
+                    log_dir.write_clean_shutdown_marker()
+        self.unlock_dirs()
+
+    def unlock_dirs(self) -> None:
+        """Release the log dir locks (a start-up that failed before ``startup``)."""
+        for log_dir in self.log_dirs:
+            log_dir.unlock()
+
+    # partitions ----------------------------------------------------------------------------
+    def get(self, tp: TopicPartition) -> Partition | None:
+        """The hosted partition, or None."""
+        return self._partitions.get(tp)
+
+    def get_or_create(self, tp: TopicPartition) -> Partition:
+        """The hosted partition, created empty when missing (in the log dir holding the
+        fewest partitions, as Kafka places new logs)."""
+        partition = self._partitions.get(tp)
+        if partition is None:
+            with self._lock:
+                partition = self._partitions.get(tp)
+                if partition is None:
+                    partition = Partition(tp, self._new_log(tp))
+                    self._partitions[tp] = partition
+        return partition
+
+    def _new_log(self, tp: TopicPartition) -> Log:
+        if not self.files:
+            return MemoryLog()
+        counts = {id(d): 0 for d in self.log_dirs}
+        for log_dir in self._dirs_of.values():
+            counts[id(log_dir)] += 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[id(d)])
+        self._dirs_of[tp] = log_dir
+        return self._file_log(tp, log_dir.path / str(tp))
+
+    def delete(self, tp: TopicPartition) -> bool:
+        """Drop one partition and its log (its directory renamed ``*-delete`` and removed
+        in the background); False when it was not hosted."""
+        with self._lock:
+            partition = self._partitions.pop(tp, None)
+            log_dir = self._dirs_of.pop(tp, None)
+        if partition is None:
+            return False
+        cleaner = self.cleaner
+        if cleaner is not None:
+            cleaner.abort_and_pause(tp)
+        partition.close()
+        if log_dir is not None and self._forget_cleaner_offset(tp, log_dir):
+            self._write_cleaner_offsets(log_dir)
+        if cleaner is not None:
+            cleaner.resume(tp)
+        if isinstance(partition.log, FileLog) and log_dir is not None:
+            doomed = log_dir.path / f"{tp}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+            partition.log.directory.rename(doomed)
+            self._later(
+                "delete-log", lambda: shutil.rmtree(doomed, ignore_errors=True),
+                self.config.file_delete_delay_ms,
+            )
+        return True
+
+    def partitions(self) -> list[Partition]:
+        """Every hosted partition."""
+        return list(self._partitions.values())
+
+    def _file_logs(self) -> list[tuple[TopicPartition, FileLog, LogDir]]:
+        return [
+            (tp, p.log, self._dirs_of[tp])
+            for tp, p in list(self._partitions.items())
+            if isinstance(p.log, FileLog) and tp in self._dirs_of
+        ]
+
+    # background work ---------------------------------------------------------------------
+    def _later(self, name: str, task: Callable[[], None], delay_ms: int) -> None:
+        if self._scheduler is not None:
+            self._scheduler.schedule(name, task, delay_ms)
+        else:
+            task()
+
+    def _retire(self, segment: LogSegment, delay_ms: int) -> None:
+        """Close and remove a deleted segment's files once reads under way are done."""
+
+        def remove() -> None:
+            segment.close()
+            for path in segment.files():
+                path.with_name(path.name + ".deleted").unlink(missing_ok=True)
+
+        self._later("delete-file", remove, delay_ms)
+
+    def _flush_rolled(self, file_log: FileLog, up_to: int) -> None:
+        """After a roll, the segments before it are flushed in the background and the
+        recovery point moves to the new segment (Kafka's flush on roll)."""
+        self._later("flush-log", lambda: file_log.flush(up_to), 0)
+
+    def cleanup_logs(self) -> int:
+        """Retention over every log (kafka-log-retention); segments deleted."""
+        now = time.time_ns() // 1_000_000
+        deleted = 0
+        for tp, file_log, _ in self._file_logs():
+            if self.cleaner is not None and file_log.settings.compact:
+                continue  # the cleaner threads apply a compacted log's retention (Kafka's way)
+            try:
+                deleted += file_log.delete_old_segments(now)
+            except OSError as exc:
+                log.warning("retention failed", partition=str(tp), reason=str(exc))
+        if deleted:
+            self.checkpoint_log_start_offsets()
+        return deleted
+
+    def _flush_due(self) -> None:
+        now = time.time_ns() // 1_000_000
+        for _, file_log, _ in self._file_logs():
+            file_log.flush_if_due(now)
+
+    def _per_dir(self, value: Callable[[FileLog], int]) -> dict[int, dict[tuple[str, int], int]]:
+        out: dict[int, dict[tuple[str, int], int]] = {id(d): {} for d in self.log_dirs}
+        for tp, file_log, log_dir in self._file_logs():
+            out[id(log_dir)][(tp.topic, tp.partition)] = value(file_log)
+        return out
+
+    def checkpoint_recovery_points(self) -> None:
+        """Write each log dir's ``recovery-point-offset-checkpoint``."""
+        if not self.files:
+            return
+        points = self._per_dir(lambda f: f.recovery_point)
+        for log_dir in self.log_dirs:
+            log_dir.recovery_points.write(points[id(log_dir)])
+
+    def checkpoint_log_start_offsets(self) -> None:
+        """Write each log dir's ``log-start-offset-checkpoint`` (Kafka writes the offsets
+        above a log's first segment base; writing them all reads the same)."""
+        if not self.files:
+            return
+        starts = self._per_dir(lambda f: f.log_start_offset)
+        for log_dir in self.log_dirs:
+            log_dir.log_start_offsets.write(starts[id(log_dir)])
+
+    # truncation (a follower's divergent tail) ----------------------------------------------
+    def truncate_to(self, tp: TopicPartition, offset: int) -> bool:
+        """Kafka's LogManager.truncateTo for one partition: :meth:`Log.truncate_to`, with
+        the log cleaner paused (a cleaning under way given up) when the cut is below the
+        active segment, the cleaner's checkpoint brought back to the new active segment's
+        base, and the recovery points checkpointed. False when nothing was cut or ``tp`` is
+        not hosted. Call it without holding the log's lock: the cleaner's swap takes it."""
+        partition = self._partitions.get(tp)
+        if partition is None:
+            return False
+        target = partition.log
+        with self._cleaner_paused(tp, target, offset):
+            truncated = target.truncate_to(offset)
+            self._truncate_cleaner_offset(tp, target)
+        if truncated and isinstance(target, FileLog):
+            self.checkpoint_recovery_points()
+        return truncated
+
+    def truncate_fully_and_start_at(self, tp: TopicPartition, offset: int) -> None:
+        """Kafka's LogManager.truncateFullyAndStartAt for one partition (see
+        :meth:`Log.truncate_fully_and_start_at`), the cleaner paused meanwhile, its
+        checkpoint and the recovery and log-start checkpoints following. Call it without
+        holding the log's lock."""
+        partition = self._partitions.get(tp)
+        if partition is None:
+            return
+        target = partition.log
+        with self._cleaner_paused(tp, target, -1):
+            target.truncate_fully_and_start_at(offset)
+            self._truncate_cleaner_offset(tp, target)
+        if isinstance(target, FileLog):
+            self.checkpoint_recovery_points()
+            self.checkpoint_log_start_offsets()
+
+    @contextlib.contextmanager
+    def _cleaner_paused(self, tp: TopicPartition, target: Log, offset: int) -> Iterator[None]:
+        cleaner = self.cleaner
+        pause = (
+            cleaner is not None
+            and isinstance(target, FileLog)
+            and offset < target.segments[-1].base_offset
+        )
+        if cleaner is None or not pause:
+            yield
+            return
+        cleaner.abort_and_pause(tp)
+        try:
+            yield
+        finally:
+            cleaner.resume(tp)
+
+    def _truncate_cleaner_offset(self, tp: TopicPartition, target: Log) -> None:
+        """A first dirty offset past the active segment's base comes back to it (Kafka's
+        maybeTruncateCheckpoint): the offsets after it may hold other records now."""
+        log_dir = self._dirs_of.get(tp)
+        if log_dir is None or not isinstance(target, FileLog):
+            return
+        base = target.segments[-1].base_offset
+        key = (tp.topic, tp.partition)
+        with self._cleaner_offsets_lock:
+            entries = self._cleaner_offsets.get(id(log_dir), {})
+            if entries.get(key, -1) <= base:
+                return
+            entries[key] = base
+        self._write_cleaner_offsets(log_dir)
+
+    # the log cleaner's checkpoint ----------------------------------------------------------
+    def compacted_logs(self) -> list[tuple[TopicPartition, FileLog]]:
+        """The file logs whose topic's cleanup policy contains compact."""
+        return [(tp, f) for tp, f, _ in self._file_logs() if f.settings.compact]
+
+    def cleaner_offsets(self) -> dict[TopicPartition, int]:
+        """Every log's first dirty offset, as in the ``cleaner-offset-checkpoint`` files."""
+        with self._cleaner_offsets_lock:
+            return {
+                TopicPartition(topic, partition): offset
+                for entries in self._cleaner_offsets.values()
+                for (topic, partition), offset in entries.items()
+            }
+
+    def update_cleaner_offset(self, tp: TopicPartition, offset: int) -> None:
+        """Write ``tp``'s first dirty offset to its log dir's ``cleaner-offset-checkpoint``
+        (after the cleaner cleaned it up to there)."""
+        log_dir = self._dirs_of.get(tp)
+        if log_dir is None:
+            return
+        with self._cleaner_offsets_lock:
+            self._cleaner_offsets.setdefault(id(log_dir), {})[(tp.topic, tp.partition)] = offset
+        self._write_cleaner_offsets(log_dir)
+
+    def _forget_cleaner_offset(self, tp: TopicPartition, log_dir: LogDir) -> bool:
+        with self._cleaner_offsets_lock:
+            entries = self._cleaner_offsets.get(id(log_dir), {})
+            return entries.pop((tp.topic, tp.partition), None) is not None
+
+    def _write_cleaner_offsets(self, log_dir: LogDir) -> None:
+        with self._cleaner_offsets_lock:
+            log_dir.cleaner_offsets.write(dict(self._cleaner_offsets.get(id(log_dir), {})))

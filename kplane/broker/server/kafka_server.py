@@ -1,0 +1,688 @@
+"""KafkaServer: builds every component from a KafkaConfig, starts them, stops them."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import structlog
+
+from kplane.broker.config.dynamic_config import DynamicBrokerConfig
+from kplane.broker.config.endpoint import EndPoint
+from kplane.broker.config.kafka_config import KafkaConfig
+from kplane.broker.controller.channel_manager import ControllerChannelManager
+from kplane.broker.controller.controller import KafkaController
+from kplane.broker.group.coordinator import GroupConfig, GroupCoordinator
+from kplane.broker.group.placement import coordinator_for, partition_leader
+from kplane.broker.log.log_cleaner import CleanerConfig
+from kplane.broker.log.log_config import LogConfigs
+from kplane.broker.log.log_manager import LogManager, LogManagerConfig
+from kplane.broker.log.partition import TopicPartition
+from kplane.broker.metadata.cache import MetadataCache
+from kplane.broker.metadata.config_changes import ConfigChangeListener
+from kplane.broker.metadata.kafka_store import BrokerRegistration, KafkaMetadataClient
+from kplane.broker.metadata.registration import BrokerRegistrar
+from kplane.broker.metadata.store import MetadataStore
+from kplane.broker.metadata.stores import open_store
+from kplane.broker.metadata.zk_store import ZooKeeperMetadataStore
+from kplane.broker.metrics import (
+    BrokerMetrics,
+    MetricsHttpServer,
+    metric_name,
+)
+from kplane.broker.metrics.reporters import DynamicMetricsReporters
+from kplane.broker.network.broker_channels import BrokerChannelManager
+from kplane.broker.network.plane import Plane, planes
+from kplane.broker.network.plane_priority import ControlPlanePriority
+from kplane.broker.network.request_channel import RequestChannel
+from kplane.broker.network.socket_server import SocketServer, SocketServerConfig, log_listener_bound
+from kplane.broker.network.tls import server_tls
+from kplane.broker.security.authorizer import authorizer_from_config
+from kplane.broker.security.sasl import sasl_listeners
+from kplane.broker.security.scram import ScramCredentialStore
+from kplane.broker.server.acl_apis import AclApis
+from kplane.broker.server.admin_manager import AdminManager, TopicDefaults
+from kplane.broker.server.api_versions import ApiVersionsApi
+from kplane.broker.server.config_apis import ConfigApis, load_policy
+from kplane.broker.server.context import ApiFamily
+from kplane.broker.server.controlled_shutdown import controlled_shutdown
+from kplane.broker.server.controller_apis import ControllerApis
+from kplane.broker.server.dynamic_listeners import (
+    DynamicListenerConfig,
+    DynamicListenerSecurity,
+    ProposedListenerSecurity,
+)
+from kplane.broker.server.dynamic_thread_pool import DynamicThreadPool
+from kplane.broker.server.fault_apis import FaultApis
+from kplane.broker.server.faults import FaultInjector
+from kplane.broker.server.fetch_apis import FetchApis
+from kplane.broker.server.group_apis import GroupApis
+from kplane.broker.server.kafka_apis import KafkaApis
+from kplane.broker.server.leader_epoch_apis import OffsetForLeaderEpochApis
+from kplane.broker.server.lifecycle import Lifecycle
+from kplane.broker.server.metadata_apis import MetadataApis
+from kplane.broker.server.own_principal import check_can_reach_itself
+from kplane.broker.server.process_tuning import set_switch_interval, settle_heap
+from kplane.broker.server.produce_apis import ProduceApis, ProducerIdManager
+from kplane.broker.server.replica_fetcher import ReplicaFetcherManager
+from kplane.broker.server.replica_manager import ReplicaManager
+from kplane.broker.server.replication_quota import ReplicationQuota, throttled_replicas
+from kplane.broker.server.request_handler import RequestHandlerPool
+from kplane.broker.server.request_metrics import RequestMetricsObserver
+from kplane.broker.server.sasl_apis import SaslApis
+from kplane.broker.server.scram_apis import ScramApis
+from kplane.broker.server.topic_apis import TopicApis
+from kplane.broker.server.txn_apis import GROUP_METADATA_TOPIC, TxnApis, TxnMarkerWriter
+from kplane.broker.transaction.coordinator import TransactionConfig, TransactionCoordinator
+from kplane.broker.transaction.marker_channel import (
+    UNKNOWN_PARTITION,
+    TransactionMarkerChannelManager,
+)
+from kplane.broker.transaction.state_manager import TransactionStateManager
+from kplane.broker.utils.purgatory import DelayedOperationPurgatory
+from kplane.broker.utils.scheduler import KafkaScheduler
+from kplane.broker.utils.timer import SystemTimer
+
+log = structlog.get_logger(__name__)
+
+SHUTDOWN_DRAIN_SECONDS = 3.0
+
+
+class KafkaServer:
+    """One broker: start-up in dependency order, shutdown in reverse."""
+
+    def __init__(self, config: KafkaConfig, store: MetadataStore | None = None) -> None:
+        self.static_config = config
+        self.broker_id = config.broker_id
+        self._store = store
+        self.coordinator_overrides: dict[str, int] = {}
+        """Group id -> the broker a test moved its coordinator to (fault injection)."""
+        self._started = False
+        self._stopped = threading.Event()
+        self.metrics = BrokerMetrics()
+        self.metrics_http: MetricsHttpServer | None = None
+        self.socket_server: SocketServer | None = None
+        self.bound: dict[str, EndPoint] = {}
+        self.lifecycle = Lifecycle()
+
+    @property
+    def config(self) -> KafkaConfig:
+        """The current config: static, with the dynamic values on top once started."""
+        dynamic: DynamicBrokerConfig | None = getattr(self, "dynamic", None)
+        return dynamic.current if dynamic is not None else self.static_config
+
+    # start-up --------------------------------------------------------------------------
+    def startup(self) -> None:
+        """Start the broker in named phases: metadata -> security -> logs and coordinators
+        -> request planes -> open (accepting, registered) -> controller. Each component's
+        stop joins one lifecycle, so shutdown is start-up reversed; raises (and cleans up)
+        when the broker cannot start."""
+        try:
+            config = self._start_metadata()
+            self._start_security(config)
+            self._start_logs_and_coordinators(config)
+            self._start_request_planes(config)
+            self._open()
+            self._start_controller(config)
+        except BaseException:
+            self.shutdown()
+            raise
+        self._started = True
+        assert self.socket_server is not None
+        for name, endpoint in self.bound.items():
+            advertised = self.advertised(name)
+            log_listener_bound(
+                endpoint,
+                endpoint.port,
+                advertised=advertised.connection_string if advertised else None,
+                plane=self.socket_server.channel_of(name).plane.name,
+            )
+        log.info("started", broker_id=self.broker_id, cluster_id=self.cluster_id)
+
+    def fault_injector(self) -> FaultInjector:
+        """The broker's FaultInjector, attached to its request path on first use (a test
+        fixture's, or ``kplane.faults.enable``'s)."""
+        faults = self.apis.faults
+        if faults is None:
+            socket_server = self.socket_server
+            assert socket_server is not None
+            faults = self.apis.faults = FaultInjector(lambda: socket_server)
+        return faults
+
+    def settle_heap(self, stop: Callable[[], bool]) -> None:
+        """A long-running broker's last start-up step (``kplane serve``): every served
+        schema loaded and the start-up heap frozen (``process_tuning.settle_heap``)."""
+        settle_heap(self.apis.supported_versions(), stop)
+
+    def _start_metadata(self) -> KafkaConfig:
+        """The metadata store, the dynamic config on top of the static one (KIP-226), the
+        cluster id and the MetadataCache. Returns the config to start with."""
+        config = self.static_config
+        self.log_manager = LogManager(
+            LogManagerConfig(
+                storage=config.get_str("kplane.log.storage"),
+                log_dirs=tuple(config.log_dirs),
+                retention_check_interval_ms=config.get_int("log.retention.check.interval.ms"),
+                flush_check_interval_ms=config.get_int("log.flush.scheduler.interval.ms"),
+                recovery_point_checkpoint_interval_ms=config.get_int(
+                    "log.flush.offset.checkpoint.interval.ms"
+                ),
+                log_start_checkpoint_interval_ms=config.get_int(
+                    "log.flush.start.offset.checkpoint.interval.ms"
+                ),
+                file_delete_delay_ms=config.get_int("log.segment.delete.delay.ms"),
+            ),
+            lambda topic: self.log_configs.log_settings(topic),
+        )
+        self.log_manager.lock_dirs()  # before the store: a second broker on these dirs stops
+        self.lifecycle.on_shutdown("close logs", self.log_manager.shutdown)
+        self.store = self._store or open_store(self.static_config)
+        self.lifecycle.on_shutdown("close metadata store", self.store.close)
+        self.client = KafkaMetadataClient(self.store)
+        self.dynamic = DynamicBrokerConfig(self.static_config, self.client)
+        config = self.dynamic.initialize()
+        set_switch_interval(config)
+        self.cluster_id = self.client.get_or_create_cluster_id()
+        self.log_manager.check_identity(self.broker_id, self.cluster_id)
+        self.cache = MetadataCache(self.cluster_id, self.broker_id)
+        self.registrar = BrokerRegistrar(self.client, self._registration)
+        return config
+
+    def _start_security(self, config: KafkaConfig) -> None:
+        """TLS contexts, SASL servers and the authorizer: a bad keystore or JAAS config
+        stops start-up here, before anything listens."""
+        self.tls = server_tls(config)
+        self.scram_credentials = ScramCredentialStore(self.client)
+        self.sasl_listeners = sasl_listeners(config, self.scram_credentials)
+        self.authorizer = authorizer_from_config(config, self.store)
+
+    def _start_logs_and_coordinators(self, config: KafkaConfig) -> None:
+        """The timer, partition logs, the replica manager, topic administration and the
+        group coordinator."""
+        self.timer = SystemTimer()
+        self.lifecycle.on_shutdown("stop timer", self.timer.shutdown)
+        self.log_configs = LogConfigs(self.client, lambda: self.config)
+        self.log_manager.startup(CleanerConfig.from_config(config), self.metrics)
+        self.fetch_purgatory = DelayedOperationPurgatory("Fetch", self.timer)
+        self.produce_purgatory = DelayedOperationPurgatory("Produce", self.timer)
+        self.replica_manager = ReplicaManager(
+            self.broker_id,
+            self.log_manager,
+            self.cache,
+            self.fetch_purgatory,
+            self.log_configs,
+            self.produce_purgatory,
+            lambda tp, record: self.client.update_isr(tp.topic, tp.partition, record),
+        )
+        self._start_replication(config)
+        self.admin = AdminManager(
+            self.client,
+            self.cache,
+            TopicDefaults(
+                config.get_int("num.partitions"), config.get_int("default.replication.factor")
+            ),
+        )
+        self.group_coordinator = GroupCoordinator(
+            GroupConfig(
+                initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
+                min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
+                max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
+                max_size=config.get_int("group.max.size"),
+                offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60_000,
+            ),
+            self.timer,
+            self._partition_exists,
+            self.client,
+        )
+        self.lifecycle.on_shutdown("stop group coordinator", self.group_coordinator.shutdown)
+        self._start_transaction_coordinator(config)
+
+    def _start_replication(self, config: KafkaConfig) -> None:
+        """The fetchers of the partitions this broker follows, and the leader's periodic
+        ISR check (every half ``replica.lag.time.max.ms``, as Kafka's)."""
+        self.replica_fetchers = ReplicaFetcherManager(
+            self.broker_id, config, self.cache, self.log_manager
+        )
+        self.replica_manager.fetchers = self.replica_fetchers
+        window = (
+            config.get_int("replication.quota.window.num"),
+            config.get_int("replication.quota.window.size.seconds"),
+        )
+        self.replica_manager.leader_quota = self._replication_quota("leader", *window)
+        self.replica_fetchers.quota = self._replication_quota("follower", *window)
+        self.lifecycle.on_shutdown("stop replica fetchers", self.replica_fetchers.shutdown)
+        rm = self.replica_manager
+        for mbean_type, name, doc, fn in (
+            (
+                "ReplicaManager",
+                "UnderReplicatedPartitions",
+                "Partitions led here whose ISR lacks replicas.",
+                rm.under_replicated_partitions,
+            ),
+            ("ReplicaManager", "IsrShrinksPerSec", "ISR shrinks so far.", lambda: rm.isr_shrinks),
+            ("ReplicaManager", "IsrExpandsPerSec", "ISR expands so far.", lambda: rm.isr_expands),
+            (
+                "ReplicaFetcherManager",
+                "MaxLag",
+                "Largest lag in offsets of a partition followed here.",
+                self.replica_fetchers.max_lag,
+            ),
+        ):
+            self.metrics.register_gauge(metric_name("server", mbean_type, name), doc, fn)
+        lag_ms = config.get_int("replica.lag.time.max.ms")
+        self.replication_scheduler = KafkaScheduler("replica-isr-scheduler")
+        self.lifecycle.on_shutdown("stop isr checks", self.replication_scheduler.shutdown)
+        if config.get_bool("auto.leader.rebalance.enable"):
+            interval_ms = config.get_int("leader.imbalance.check.interval.seconds") * 1000
+            percentage = config.get_int("leader.imbalance.per.broker.percentage")
+            self.replication_scheduler.schedule(
+                "auto-leader-rebalance",
+                lambda: self.controller.rebalance_leaders(percentage),
+                interval_ms,
+                interval_ms,
+            )
+        self.replication_scheduler.schedule(
+            "isr-expiration",
+            lambda: self.replica_manager.maybe_shrink_isr(lag_ms),
+            lag_ms / 2,
+            lag_ms / 2,
+        )
+
+    def _replication_quota(self, side: str, window_num: int, window_s: int) -> ReplicationQuota:
+        """The ``leader`` or ``follower`` replication throttle: its rate a dynamic broker
+        config, the replicas it covers named by each topic's throttled-replicas list."""
+        rate_key = f"{side}.replication.throttled.rate"
+        list_key = f"{side}.replication.throttled.replicas"
+        return ReplicationQuota(
+            lambda: self.config.get_int(rate_key),
+            lambda tp: throttled_replicas(
+                self.log_configs.replica_list(tp.topic, list_key), tp.partition, self.broker_id
+            ),
+            window_num,
+            window_s,
+        )
+
+    def _start_transaction_coordinator(self, config: KafkaConfig) -> None:
+        """The transaction coordinator: its state in the metadata store, its markers
+        written here directly or sent over the inter-broker listener (its duties start
+        with the controller phase, once the cluster's metadata is known)."""
+        self.producer_ids = ProducerIdManager(
+            lambda: self.client.next_producer_id_block(self.broker_id)
+        )
+        self.txn_marker_writer = TxnMarkerWriter(
+            self.replica_manager,
+            self.group_coordinator,
+            lambda p: (
+                partition_leader(p, list(self.cache.snapshot.brokers)) in (None, self.broker_id)
+            ),
+            lambda: self.config.get_int("offsets.topic.num.partitions"),
+        )
+        self.txn_channels = BrokerChannelManager(
+            config, config.inter_broker_listener_name, "txn-marker"
+        )
+        self.lifecycle.on_shutdown("stop transaction marker channels", self.txn_channels.shutdown)
+        self.txn_coordinator = TransactionCoordinator(
+            TransactionConfig(
+                max_timeout_ms=config.get_int("transaction.max.timeout.ms"),
+                abort_timed_out_interval_ms=config.get_int(
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+                ),
+                remove_expired_interval_ms=config.get_int(
+                    "transaction.remove.expired.transaction.cleanup.interval.ms"
+                ),
+                transactional_id_expiration_ms=config.get_int("transactional.id.expiration.ms"),
+            ),
+            TransactionStateManager(self.client, self.broker_id, self._owns_transactional_id),
+            TransactionMarkerChannelManager(
+                self.broker_id,
+                self._marker_leader,
+                lambda broker_id: self.cache.snapshot.brokers.get(broker_id),
+                self.txn_channels,
+                self.txn_marker_writer,
+                self.timer,
+            ),
+            self.producer_ids.generate,
+            self.timer,
+        )
+        self.lifecycle.on_shutdown("stop transaction coordinator", self.txn_coordinator.shutdown)
+
+    def _start_request_planes(self, config: KafkaConfig) -> None:
+        """KafkaApis, a RequestChannel and a handler pool per plane (KIP-291), the
+        SocketServer bound (connections wait in the backlog), and the components KIP-226
+        reconfigures."""
+        self.apis = KafkaApis(self._api_families(), self.authorizer)
+        data_plane, control_plane = planes(config)
+        self.data_channel = RequestChannel(data_plane)
+        self.control_channel = RequestChannel(control_plane) if control_plane else None
+        # KIP-291 in one process: data-plane threads yield the GIL to control requests.
+        self.priority = (
+            ControlPlanePriority(data_thread_nice=config.get_int("kplane.data.plane.thread.nice"))
+            if self.control_channel
+            else None
+        )
+        if self.priority is not None:
+            self.lifecycle.on_shutdown("release control-plane priority", self.priority.close)
+        observer = RequestMetricsObserver(self.metrics)
+        self.socket_server = SocketServer(
+            config.listeners,
+            config.control_plane_listener_name,
+            SocketServerConfig(
+                num_network_threads=config.get_int("num.network.threads"),
+                socket_request_max_bytes=config.get_int("socket.request.max.bytes"),
+                connections_max_idle_ms=config.get_int("connections.max.idle.ms"),
+                socket_send_buffer_bytes=config.get_int("socket.send.buffer.bytes"),
+                socket_receive_buffer_bytes=config.get_int("socket.receive.buffer.bytes"),
+                queued_max_request_bytes=config.get_int("queued.max.request.bytes"),
+                sasl_server_max_receive_size=config.get_int("sasl.server.max.receive.size"),
+            ),
+            self.data_channel,
+            self.control_channel,
+            self.apis.is_known_api,
+            observer.on_response_sent,
+            self._processor_idle_meter,
+            self.tls,
+            self.priority,
+        )
+        self.handler_pool = self._handler_pool(self.data_channel)
+        self.control_handler_pool = (
+            self._handler_pool(self.control_channel) if self.control_channel else None
+        )
+        for channel in (self.data_channel, self.control_channel):
+            if channel is not None:
+                channel.register_gauges(self.metrics)
+        self._add_reconfigurables(config)
+        self.lifecycle.on_shutdown("stop processors", self.socket_server.shutdown_processors)
+        self.socket_server.bind()
+        self.bound = self.socket_server.bound
+        for pool in (self.handler_pool, self.control_handler_pool):
+            if pool is not None:
+                self.lifecycle.on_shutdown("stop handlers", pool.shutdown)
+                pool.start()
+
+    def _open(self) -> None:
+        """Start the authorizer, register under /brokers/ids and accept connections. At
+        shutdown, in reverse: stop accepting, let parked fetches answer, drain."""
+        assert self.socket_server is not None
+        if self.authorizer is not None:
+            self.authorizer.startup()
+            check_can_reach_itself(self.config, self.tls, self.authorizer)
+        self.registrar.register()
+        self.lifecycle.on_shutdown("drain", self._drain)
+        self.lifecycle.on_shutdown("complete delayed fetches", self.fetch_purgatory.complete_all)
+        self.lifecycle.on_shutdown("complete delayed produces", self.produce_purgatory.complete_all)
+        self.lifecycle.on_shutdown("stop accepting", self.socket_server.stop_accepting)
+        self.socket_server.start()
+
+    def _start_controller(self, config: KafkaConfig) -> None:
+        """The controller and its channels (which reach this broker over its own listener,
+        so after ``_open``), the wait for the controller's first UpdateMetadata, dynamic
+        config changes, and /metrics."""
+        self.channels = ControllerChannelManager(config)
+        self.lifecycle.on_shutdown("stop controller channels", self.channels.shutdown)
+        self.controller = KafkaController(
+            self.broker_id,
+            self.client,
+            self.channels,
+            lambda: self.config.get_bool("unclean.leader.election.enable"),
+        )
+        self.controller.startup()
+        if isinstance(self.store, ZooKeeperMetadataStore):
+            self.store.add_session_listener(self._on_new_session)
+        self._await_own_metadata()
+        self.txn_coordinator.startup()
+        # Shutdown's first step, while everything still serves: leaderships move away.
+        self.lifecycle.on_shutdown(
+            "controlled shutdown",
+            lambda: controlled_shutdown(self.config, self.cache, self.broker_id),
+        )
+        self.config_changes = ConfigChangeListener(self.store)
+        self.config_changes.subscribe(self.dynamic.on_config_change)
+        self.config_changes.subscribe(self.log_configs.on_config_change)
+        self.config_changes.start()
+        self._start_metrics_http()
+
+    def _api_families(self) -> list[ApiFamily]:
+        return [
+            ApiVersionsApi(lambda: self.apis.supported_versions()),
+            MetadataApis(
+                self.broker_id,
+                self.cache,
+                self.admin,
+                lambda: self.config.get_bool("auto.create.topics.enable"),
+                self._coordinator_of,
+                self._txn_coordinator_of,
+            ),
+            ProduceApis(self.replica_manager, self.cache, self.produce_purgatory),
+            TxnApis(
+                self.txn_coordinator,
+                self.producer_ids,
+                self.cache,
+                self._owns_transactional_id,
+                self.txn_marker_writer,
+                lambda: self.config.get_int("offsets.topic.num.partitions"),
+                self.replica_manager,
+            ),
+            OffsetForLeaderEpochApis(self.replica_manager),
+            FetchApis(
+                self.replica_manager,
+                self.cache,
+                self.fetch_purgatory,
+                self.config.get_int("fetch.max.bytes"),
+            ),
+            TopicApis(
+                self.admin,
+                self.cache,
+                lambda: self.config.get_bool("delete.topic.enable"),
+                DelayedOperationPurgatory("topic", self.timer),
+            ),
+            SaslApis(
+                self.sasl_listeners,
+                self.timer,
+                self.config.get_int("connection.failed.authentication.delay.ms"),
+            ),
+            AclApis(self.authorizer),
+            ConfigApis(
+                self.dynamic,
+                self.client,
+                self.cache,
+                load_policy(self.config.get("alter.config.policy.class.name")),
+            ),
+            ControllerApis(
+                self.broker_id,
+                self.replica_manager,
+                self.cache,
+                lambda: self.controller,
+            ),
+            ScramApis(self.scram_credentials),
+            *(
+                [FaultApis(self.fault_injector, self.authorizer)]
+                if self.static_config.get_bool("kplane.faults.enable")
+                else []
+            ),
+            GroupApis(
+                self.group_coordinator,
+                topic_name_of=self.cache.topic_name,
+                topic_id_of=self._topic_id,
+                owns=lambda group: self._coordinator_of(group) in (None, self.broker_id),
+            ),
+        ]
+
+    def _add_reconfigurables(self, config: KafkaConfig) -> None:
+        """The components KIP-226 changes at runtime."""
+        assert self.socket_server is not None
+        dynamic = self.dynamic
+        proposed = ProposedListenerSecurity(self.scram_credentials)
+        dynamic.add_reconfigurable(
+            DynamicThreadPool(
+                config,
+                self.handler_pool,
+                self.socket_server,
+                lambda n: self.metrics.idle_meter(
+                    self.data_channel.plane.handler_idle_metric,
+                    {"plane": self.data_channel.plane.name},
+                    pool_size=n,
+                ).set_pool_size(n),
+                self.replica_fetchers.resize,
+            )
+        )
+        dynamic.add_reconfigurable(
+            DynamicListenerConfig(
+                config,
+                self.socket_server,
+                self.sasl_listeners,
+                proposed,
+                self.registrar.update,
+            )
+        )
+        self.metric_reporters = DynamicMetricsReporters(config, self.metrics)
+        self.lifecycle.on_shutdown("close metrics reporters", self.metric_reporters.close)
+        dynamic.add_reconfigurable(self.metric_reporters)
+        dynamic.add_reconfigurable(
+            DynamicListenerSecurity(self.socket_server, self.tls, self.sasl_listeners, proposed)
+        )
+        if self.log_manager.cleaner is not None:  # log.cleaner.threads and its siblings
+            dynamic.add_reconfigurable(self.log_manager.cleaner)
+
+    def _await_own_metadata(self) -> None:
+        """Wait (bounded) for the controller's first UpdateMetadata to name this broker, so
+        "started" means clients are answered with the cluster, not an empty one."""
+        timeout_s = self.config.get_int("zookeeper.session.timeout.ms") / 1000
+        if not self.cache.wait_for(lambda s: self.broker_id in s.brokers, timeout_s):
+            log.warning("no metadata from the controller yet", broker_id=self.broker_id)
+
+    def _on_new_session(self) -> None:
+        """A new ZooKeeper session: the old one's ephemeral nodes are gone. Register again
+        and stand for controller again."""
+        log.info("metadata store session renewed: registering again", broker_id=self.broker_id)
+        self.controller.resign()
+        self.registrar.register_again()
+        self.controller.elect()
+
+    def _coordinator_of(self, group_id: str) -> int | None:
+        """The live broker coordinating ``group_id`` (None before any metadata); a test's
+        ``coordinator_overrides`` entry first, while that broker is alive."""
+        moved = self.coordinator_overrides.get(group_id)
+        if moved is not None and moved in self.cache.snapshot.brokers:
+            return moved
+        return coordinator_for(
+            group_id,
+            list(self.cache.snapshot.brokers),
+            self.config.get_int("offsets.topic.num.partitions"),
+        )
+
+    def _txn_coordinator_of(self, transactional_id: str) -> int | None:
+        """The live broker coordinating ``transactional_id`` (None before any metadata)."""
+        return coordinator_for(
+            transactional_id,
+            list(self.cache.snapshot.brokers),
+            self.config.get_int("transaction.state.log.num.partitions"),
+        )
+
+    def _owns_transactional_id(self, transactional_id: str) -> bool:
+        return self._txn_coordinator_of(transactional_id) in (None, self.broker_id)
+
+    def _marker_leader(self, tp: TopicPartition) -> int | None:
+        """Where a transaction marker for ``tp`` goes: the partition's live leader, the
+        group coordinator for ``__consumer_offsets``; UNKNOWN_PARTITION for a deleted
+        topic, None while the partition has no live leader."""
+        brokers = self.cache.snapshot.brokers
+        if tp.topic == GROUP_METADATA_TOPIC:
+            return partition_leader(tp.partition, list(brokers))
+        topic = self.cache.topic(tp.topic)
+        if topic is None or tp.partition not in topic.partitions:
+            return UNKNOWN_PARTITION
+        leader = topic.partitions[tp.partition].leader
+        return leader if leader in brokers else None
+
+    def _topic_id(self, topic: str) -> uuid.UUID | None:
+        info = self.cache.topic(topic)
+        return info.topic_id if info else None
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        info = self.cache.topic(topic)
+        return info is not None and partition in info.partitions
+
+    def _handler_pool(self, channel: RequestChannel) -> RequestHandlerPool:
+        plane = channel.plane
+        threads = plane.handler_threads
+        meter = self.metrics.idle_meter(
+            plane.handler_idle_metric, {"plane": plane.name}, pool_size=threads
+        )
+
+        def on_idle(idle_ns: int, _total_ns: int) -> None:
+            meter.record_idle(idle_ns)
+
+        return RequestHandlerPool(
+            channel,
+            lambda request: self.apis.handle(request, channel),
+            threads,
+            on_idle,
+            None if plane.is_control else self.priority,
+        )
+
+    def _processor_idle_meter(
+        self, processor_id: int, listener: str, plane: Plane
+    ) -> Callable[[int, int], None]:
+        meter = self.metrics.idle_meter(
+            plane.processor_idle_metric,
+            {"networkProcessor": str(processor_id), "listener": listener},
+        )
+
+        def on_idle(idle_ns: int, _total_ns: int) -> None:
+            meter.record_idle(idle_ns)
+
+        return on_idle
+
+    def advertised(self, listener_name: str) -> EndPoint | None:
+        """The advertised endpoint, with port 0 replaced by the port actually bound."""
+        endpoint = self.config.advertised(listener_name)
+        if endpoint is None:
+            return None
+        if endpoint.port == 0 and listener_name in self.bound:
+            return dataclasses.replace(endpoint, port=self.bound[listener_name].port)
+        return endpoint
+
+    def _registration(self) -> BrokerRegistration:
+        endpoints = tuple(
+            ep
+            for ep in (self.advertised(e.listener_name) for e in self.config.advertised_listeners)
+            if ep is not None
+        )
+        return BrokerRegistration(self.broker_id, endpoints, self.config.get("broker.rack"))
+
+    def _start_metrics_http(self) -> None:
+        port = self.config.get_int("kplane.metrics.port")
+        if port < 0:
+            return
+        self.metrics_http = MetricsHttpServer(
+            self.metrics,
+            self.config.get_str("kplane.metrics.host"),
+            port,
+            self.priority.yield_to_control if self.priority is not None else None,
+        )
+        self.lifecycle.on_shutdown("stop metrics http", self.metrics_http.stop)
+        self.metrics_http.start()
+        log.info("metrics exposed", url=self.metrics_http.url)
+
+    # shutdown ------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop accepting, let in-flight requests finish, close connections, stop threads:
+        start-up reversed (see ``Lifecycle``); the error that stopped a start-up is the one
+        reported."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        started = time.monotonic()
+        self.lifecycle.shutdown()
+        if self._started:
+            log.info(
+                "stopped", broker_id=self.broker_id, seconds=round(time.monotonic() - started, 3)
+            )
+
+    def _drain(self) -> None:
+        assert self.socket_server is not None
+        if not self.socket_server.wait_for_in_flight(SHUTDOWN_DRAIN_SECONDS):
+            log.warning("shutdown: requests still in flight after drain timeout")

@@ -1,0 +1,498 @@
+"""ReplicaManager: the partitions this broker leads, appends to them and reads from them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import structlog
+
+from kplane.broker.log.log import LogAppendInfo, next_offset_after
+from kplane.broker.log.log_config import LogConfigs
+from kplane.broker.log.log_manager import LogManager
+from kplane.broker.log.partition import Partition, ReplicaAssignment, TopicPartition
+from kplane.broker.log.producer_state import ProducerInfo
+from kplane.broker.log.transaction_index import AbortedTxn
+from kplane.broker.metadata.cache import MetadataCache
+from kplane.broker.metadata.kafka_store import PartitionStateRecord
+from kplane.broker.utils.file_region import Transferable
+from kplane.broker.utils.purgatory import DelayedOperationPurgatory
+from kplane.protocol.errors import ErrorCode, KafkaError
+from kplane.protocol.record_validation import ValidationPolicy, validate_batches
+from kplane.protocol.records import InvalidRecordError, scan_batches
+
+if TYPE_CHECKING:
+    from kplane.broker.server.replica_fetcher import ReplicaFetcherManager as FetcherManager
+    from kplane.broker.server.replication_quota import ReplicationQuota
+
+log = structlog.get_logger(__name__)
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+FETCH_LOG_END = -1
+"""A follower's fetch: everything up to the log end, not only what is committed."""
+"""Kafka's isolation levels (Fetch and ListOffsets ``isolation_level``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """A controller's decision for one partition (a LeaderAndIsr partition state)."""
+
+    tp: TopicPartition
+    assignment: ReplicaAssignment
+
+
+IsrWriter = Callable[[TopicPartition, PartitionStateRecord], int]
+"""Writes a leader's ISR change (the state znode at ``version``); returns the new version,
+raises (BadVersionError) when the controller changed the state since."""
+
+
+@dataclass(frozen=True, slots=True)
+class StopReplicaState:
+    """One partition of a StopReplica request."""
+
+    tp: TopicPartition
+    delete: bool
+    leader_epoch: int = -1
+
+
+@dataclass(slots=True)
+class AppendResult:
+    """Outcome of appending to one partition."""
+
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    info: LogAppendInfo | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()
+    """(index of the record in its batch, why it was refused)."""
+
+
+@dataclass(slots=True)
+class ReadResult:
+    """Outcome of reading one partition."""
+
+    error: ErrorCode = ErrorCode.none
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    leader_epoch: int = -1
+    views: list[Transferable] = field(default_factory=list)
+    aborted_transactions: list[AbortedTxn] | None = None
+    """READ_COMMITTED: the aborted transactions the records read may hold."""
+
+    @property
+    def size(self) -> int:
+        return sum(len(v) for v in self.views)
+
+
+class ReplicaManager:
+    """Leader-side append and read, with Kafka's per-partition error codes."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: LogManager,
+        cache: MetadataCache,
+        fetch_purgatory: DelayedOperationPurgatory,
+        log_configs: LogConfigs,
+        produce_purgatory: DelayedOperationPurgatory | None = None,
+        isr_writer: IsrWriter | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.log_manager = log_manager
+        self.cache = cache
+        self.fetch_purgatory = fetch_purgatory
+        self.produce_purgatory = produce_purgatory
+        self.log_configs = log_configs
+        self._isr_writer = isr_writer
+        self.controller_epoch = 0  # the highest seen
+        self._state_lock = threading.Lock()
+        self.fetchers: FetcherManager | None = None
+        """Fetches for the partitions this broker follows (set by the server)."""
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        self.leader_quota: ReplicationQuota | None = None
+        """``leader.replication.throttled.rate`` (set by the server)."""
+
+    # leadership (LeaderAndIsr, StopReplica) ----------------------------------------------
+    def become_leader_or_follower(
+        self, controller_epoch: int, states: list[ReplicaState]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Apply a controller's decisions: lead the partitions whose leader is this broker,
+        follow the others (their fetchers start from where the leader's log agrees with
+        this one). Raises KafkaError(STALE_CONTROLLER_EPOCH) for an older controller; a
+        partition whose (leader epoch, partition epoch) is not newer than the one applied is
+        answered STALE_CONTROLLER_EPOCH and left alone, as Kafka does."""
+        with self._state_lock:
+            self._advance_controller_epoch(controller_epoch)
+            errors = {}
+            followed: dict[TopicPartition, Partition] = {}
+            led: list[TopicPartition] = []
+            for state in states:
+                a = state.assignment
+                partition = self.log_manager.get_or_create(state.tp)
+                current = (partition.leader_epoch, partition.partition_epoch)
+                if partition.leader_id != -1 and (a.leader_epoch, a.partition_epoch) <= current:
+                    log.info(
+                        "LeaderAndIsr ignored: leader epoch not newer",
+                        partition=str(state.tp),
+                        leader_epoch=a.leader_epoch,
+                        current_leader_epoch=partition.leader_epoch,
+                    )
+                    errors[state.tp] = ErrorCode.stale_controller_epoch
+                    continue
+                if a.leader == self.broker_id:
+                    partition.make_leader(self.broker_id, a)
+                    led.append(state.tp)
+                else:
+                    partition.make_follower(self.broker_id, a)
+                    if a.leader >= 0:
+                        followed[state.tp] = partition
+                errors[state.tp] = ErrorCode.none
+            if self.fetchers is not None:
+                self.fetchers.remove_partitions(led)
+                self.fetchers.add_partitions(followed)
+            return errors
+
+    def stop_replicas(
+        self, controller_epoch: int, stops: list[StopReplicaState]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Stop being a replica of each partition; with ``delete`` drop its log too.
+        KafkaError(STALE_CONTROLLER_EPOCH) for an older controller; FENCED_LEADER_EPOCH for a
+        partition whose leader epoch moved past the request's (-1 and -2 always match)."""
+        with self._state_lock:
+            self._advance_controller_epoch(controller_epoch)
+            errors = {}
+            for stop in stops:
+                partition = self.log_manager.get(stop.tp)
+                if (
+                    partition is not None
+                    and stop.leader_epoch >= 0
+                    and stop.leader_epoch < partition.leader_epoch
+                ):
+                    errors[stop.tp] = ErrorCode.fenced_leader_epoch
+                    continue
+                if stop.delete:
+                    self.log_manager.delete(stop.tp)
+                    self.log_configs.forget(stop.tp.topic)
+                elif partition is not None:
+                    partition.leader_id = -1
+                errors[stop.tp] = ErrorCode.none
+            if self.fetchers is not None:
+                self.fetchers.remove_partitions([stop.tp for stop in stops])
+            return errors
+
+    def check_controller_epoch(self, controller_epoch: int) -> None:
+        """Remember the newest controller epoch; KafkaError(STALE_CONTROLLER_EPOCH) for
+        an older one."""
+        with self._state_lock:
+            self._advance_controller_epoch(controller_epoch)
+
+    def _advance_controller_epoch(self, controller_epoch: int) -> None:
+        if controller_epoch < self.controller_epoch:
+            raise KafkaError(
+                ErrorCode.stale_controller_epoch,
+                f"controller epoch {controller_epoch} is older than {self.controller_epoch}",
+            )
+        self.controller_epoch = controller_epoch
+
+    def leader_partition(self, tp: TopicPartition, current_leader_epoch: int = -1) -> Partition:
+        """The partition if this broker leads it; KafkaError with Kafka's code otherwise.
+        A ``current_leader_epoch`` (KIP-320; -1: none) older than the partition's answers
+        FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH, checked before leadership as
+        Kafka does."""
+        topic = self.cache.topic(tp.topic)
+        if topic is None or tp.partition not in topic.partitions:
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition,
+                "This server does not host this topic-partition.",
+            )
+        partition = self.log_manager.get(tp)
+        if partition is not None and current_leader_epoch >= 0:
+            local = partition.leader_epoch
+            if local != current_leader_epoch:
+                raise KafkaError(
+                    ErrorCode.fenced_leader_epoch
+                    if local > current_leader_epoch
+                    else ErrorCode.unknown_leader_epoch,
+                    f"{tp}: leader epoch {current_leader_epoch} asked, {local} here",
+                )
+        if partition is None or partition.leader_id != self.broker_id:
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"Broker {self.broker_id} is not the leader of {tp}",
+            )
+        return partition
+
+    # append --------------------------------------------------------------------------
+    def append(
+        self, tp: TopicPartition, records: bytes | None, acks: int, produce_version: int
+    ) -> AppendResult:
+        """Check and append one partition's records as leader.
+
+        The batches are validated as Kafka's LogValidator does (see
+        ``protocol.record_validation``); when one is refused, none is appended.
+        With ``acks=-1`` the ISR must hold ``min.insync.replicas`` replicas; every replica
+        in the ISR has the records once they are appended (replication comes later), so
+        the answer is immediate.
+        """
+        try:
+            partition = self.leader_partition(tp)
+            if acks == -1:
+                self._check_min_isr(tp)
+            if not records:
+                raise KafkaError(ErrorCode.corrupt_message, "produce request has no records")
+            batches = scan_batches(records)
+            max_bytes = self.log_configs.max_message_bytes(tp.topic)
+            for batch in batches:
+                if batch.size > max_bytes:
+                    raise InvalidRecordError(
+                        ErrorCode.message_too_large,
+                        f"batch of {batch.size} bytes exceeds max.message.bytes {max_bytes}",
+                    )
+            policy = self._validation_policy(tp, produce_version)
+            validate_batches(records, batches, policy, _now_ms())
+            info = partition.append_records_as_leader(records, batches)
+        except KafkaError as exc:
+            log.debug("append refused", partition=str(tp), error=exc.code.name, reason=exc.message)
+            return AppendResult(exc.code, exc.message)
+        except InvalidRecordError as exc:
+            log.warning(
+                "record batch refused",
+                topic=tp.topic,
+                partition=tp.partition,
+                error=exc.error_code.name,
+                reason=exc.message,
+            )
+            return AppendResult(exc.error_code, exc.message, record_errors=exc.record_errors)
+        self.fetch_purgatory.check_and_complete(tp)
+        return AppendResult(info=info)
+
+    def _validation_policy(self, tp: TopicPartition, produce_version: int) -> ValidationPolicy:
+        topic = tp.topic
+        return ValidationPolicy(
+            produce_version=produce_version,
+            log_append_time=self.log_configs.log_append_time(topic),
+            timestamp_difference_max_ms=self.log_configs.timestamp_difference_max_ms(topic),
+            compacted_partition=str(tp) if self.log_configs.compacted(topic) else None,
+        )
+
+    def _check_min_isr(self, tp: TopicPartition) -> None:
+        partition = self.log_manager.get(tp)
+        isr = partition.isr if partition is not None else ()
+        required = self.log_configs.min_insync_replicas(tp.topic)
+        if len(isr) < required:
+            raise KafkaError(
+                ErrorCode.not_enough_replicas,
+                f"The size of the current ISR {set(isr)} is insufficient to satisfy the "
+                f"min.isr requirement of {required} for partition {tp}",
+            )
+
+    # replication (the leader's side) -----------------------------------------------------
+    def update_follower_fetch(self, tp: TopicPartition, replica_id: int, offset: int) -> None:
+        """A follower fetched ``tp`` from ``offset``: the high watermark may move (waking
+        acks=all produces and consumers' fetches) and the follower may join the ISR."""
+        partition = self.log_manager.get(tp)
+        if partition is None or not partition.is_leader:
+            return
+        moved = partition.update_follower_fetch_state(replica_id, offset)
+        moved |= partition.maybe_expand_isr(replica_id, self._alter_isr)
+        if moved:
+            self._high_watermark_moved(tp)
+
+    def maybe_shrink_isr(self, max_lag_ms: int) -> int:
+        """Drop followers that fell behind for ``max_lag_ms`` from the ISR of every
+        partition this broker leads (``replica.lag.time.max.ms``); returns how many ISRs
+        shrank."""
+        shrunk = 0
+        for partition in self.log_manager.partitions():
+            if partition.is_leader and partition.maybe_shrink_isr(max_lag_ms, self._alter_isr):
+                shrunk += 1
+                self._high_watermark_moved(partition.tp)
+        return shrunk
+
+    def throttled_follower(self, tp: TopicPartition, replica_id: int) -> bool:
+        """Whether the leader throttle covers ``replica_id``'s fetches of ``tp``: the
+        replica is named in the topic's leader.replication.throttled.replicas and the
+        follower is out of the ISR (KIP-73; an in-sync follower is never slowed)."""
+        quota = self.leader_quota
+        partition = self.log_manager.get(tp)  # first: only hosted partitions have configs
+        if quota is None or partition is None or replica_id in partition.isr:
+            return False
+        return quota.is_throttled(tp)
+
+    def _high_watermark_moved(self, tp: TopicPartition) -> None:
+        if self.produce_purgatory is not None:
+            self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+
+    def _alter_isr(self, partition: Partition, isr: tuple[int, ...]) -> int | None:
+        """Write a new ISR where the controller and the other brokers see it; None when the
+        controller changed the partition since (its LeaderAndIsr is on the way)."""
+        if self._isr_writer is None:
+            return partition.partition_epoch
+        record = PartitionStateRecord(
+            partition.leader_id,
+            partition.leader_epoch,
+            isr,
+            self.controller_epoch,
+            partition.partition_epoch,
+        )
+        try:
+            version = self._isr_writer(partition.tp, record)
+        except Exception as exc:
+            log.info("isr change not written", partition=str(partition.tp), reason=str(exc))
+            return None
+        log.info(
+            "isr changed",
+            partition=str(partition.tp),
+            old_isr=list(partition.isr),
+            new_isr=list(isr),
+        )
+        if len(isr) < len(partition.isr):
+            self.isr_shrinks += 1
+        else:
+            self.isr_expands += 1
+        return version
+
+    def under_replicated_partitions(self) -> int:
+        """Partitions this broker leads whose ISR lacks some of their replicas."""
+        return sum(
+            1 for p in self.log_manager.partitions() if p.is_leader and len(p.isr) < len(p.replicas)
+        )
+
+    def replicated(self, tp: TopicPartition, required_offset: int) -> ErrorCode | None:
+        """Whether an acks=all append up to ``required_offset`` is done: None while the
+        ISR lacks it, NONE once the high watermark passed it, NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        when the ISR it reached is smaller than ``min.insync.replicas``, the leader's error
+        when this broker no longer leads."""
+        try:
+            partition = self.leader_partition(tp)
+        except KafkaError as exc:
+            return exc.code
+        if partition.high_watermark < required_offset:
+            return None
+        if len(partition.isr) < self.log_configs.min_insync_replicas(tp.topic):
+            return ErrorCode.not_enough_replicas_after_append
+        return ErrorCode.none
+
+    # transactions ----------------------------------------------------------------------
+    def write_txn_marker(
+        self,
+        tp: TopicPartition,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+    ) -> ErrorCode:
+        """Write a COMMIT or ABORT marker for the producer's transaction on a partition
+        this broker leads (WriteTxnMarkers). UNKNOWN_TOPIC_OR_PARTITION,
+        NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS (below ``min.insync.replicas``, as the
+        coordinator's acks=-1 append), INVALID_PRODUCER_EPOCH for a fenced producer epoch,
+        TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch, INVALID_REQUEST for a
+        negative producer id; parked fetches of the partition are woken (the last stable
+        offset may have moved)."""
+        try:
+            partition = self.leader_partition(tp)
+            self._check_min_isr(tp)
+            partition.append_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        except KafkaError as exc:
+            log.debug(
+                "transaction marker refused",
+                partition=str(tp),
+                error=exc.code.name,
+                reason=exc.message,
+            )
+            return exc.code
+        except ValueError as exc:  # a producer id or epoch no marker can carry
+            log.warning("transaction marker refused", partition=str(tp), reason=str(exc))
+            return ErrorCode.invalid_request
+        self.fetch_purgatory.check_and_complete(tp)
+        return ErrorCode.none
+
+    def producer_states(self, tp: TopicPartition) -> list[ProducerInfo]:
+        """The producers with state on a partition this broker leads (DescribeProducers);
+        KafkaError as :meth:`leader_partition` raises it."""
+        return self.leader_partition(tp).active_producers()
+
+    # DeleteRecords ---------------------------------------------------------------------
+    def delete_records(self, tp: TopicPartition, offset: int) -> tuple[ErrorCode, int]:
+        """Move the log start offset of a partition this broker leads to ``offset`` (-1:
+        the high watermark); (error, the new low watermark). Beyond the high watermark, or
+        negative other than -1: OFFSET_OUT_OF_RANGE, as Kafka answers. Replication is not
+        built, so the leader's log is the only copy and the answer is immediate."""
+        try:
+            partition = self.leader_partition(tp)
+        except KafkaError as exc:
+            return exc.code, -1
+        hw = partition.high_watermark
+        target = hw if offset == -1 else offset
+        if target < 0 or target > hw:
+            return ErrorCode.offset_out_of_range, -1
+        if partition.log.maybe_increment_log_start_offset(target):
+            self.log_manager.checkpoint_log_start_offsets()
+        return ErrorCode.none, partition.log.log_start_offset
+
+    # read ----------------------------------------------------------------------------
+    def read(
+        self,
+        tp: TopicPartition,
+        offset: int,
+        max_bytes: int,
+        min_one_batch: bool,
+        isolation_level: int = READ_UNCOMMITTED,
+        current_leader_epoch: int = -1,
+    ) -> ReadResult:
+        """Read whole batches from ``offset``, below the high watermark, or below the last
+        stable offset for READ_COMMITTED, which also collects the aborted transactions
+        from ``offset`` to the end of what was read (to the LSO when nothing was);
+        OFFSET_OUT_OF_RANGE outside the log. An offset between the LSO and the high
+        watermark reads nothing, as in Kafka."""
+        try:
+            partition = self.leader_partition(tp, current_leader_epoch)
+        except KafkaError as exc:
+            return ReadResult(exc.code)
+        log_ = partition.log
+        hw = partition.high_watermark
+        lso = partition.last_stable_offset
+        result = ReadResult(
+            high_watermark=hw,
+            last_stable_offset=lso,
+            log_start_offset=log_.log_start_offset,
+            leader_epoch=partition.leader_epoch,
+        )
+        if offset < log_.log_start_offset or offset > log_.log_end_offset:
+            result.error = ErrorCode.offset_out_of_range
+            return result
+        committed = isolation_level == READ_COMMITTED
+        bound = fetchable_end(partition, isolation_level)
+        if offset < bound and max_bytes > 0:
+            result.views = log_.read(
+                offset,
+                max_bytes,
+                min_one_batch,
+                None if isolation_level == FETCH_LOG_END else bound,
+            )
+        if committed:
+            upper = next_offset_after(result.views) if result.views else None
+            result.aborted_transactions = log_.collect_aborted_transactions(
+                offset, lso if upper is None else upper
+            )
+        return result
+
+
+def fetchable_end(partition: Partition, isolation_level: int) -> int:
+    """Where a fetch at ``isolation_level`` stops: the last stable offset, the high
+    watermark, or for a follower the log end."""
+    if isolation_level == READ_COMMITTED:
+        return partition.last_stable_offset
+    if isolation_level == FETCH_LOG_END:
+        return partition.log.log_end_offset
+    return partition.high_watermark
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,193 @@
+"""Size-prefixed Kafka frames, request headers v0-v2 and response headers v0-v1 (sans-IO)."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, MutableSequence
+from dataclasses import dataclass
+
+from kio.serial.errors import BufferUnderflow
+from kio.serial.readers import read_unsigned_varint
+
+from kplane.protocol import api
+
+_SIZE = struct.Struct(">i")
+_HEADER_FIXED = struct.Struct(">hhi")
+_RESP_V0 = struct.Struct(">ii")
+
+
+class FrameTooLarge(Exception):
+    """A frame announced a size above ``socket.request.max.bytes`` (or below zero)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"frame of {size} bytes exceeds the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class InvalidRequestHeader(Exception):
+    """A request header that cannot be parsed."""
+
+
+class FrameDecoder:
+    """Turns a byte stream into frames; the size is checked before the body is buffered.
+
+    ``max_size`` may change between feeds (a smaller bound before SASL authentication).
+    With ``allocate``, each frame's size is asked of a memory pool when its size prefix
+    is read; a refusal leaves the decoder ``blocked`` (the caller stops reading) until
+    ``resume``.
+    """
+
+    __slots__ = ("_allocate", "_buffer", "_need", "blocked", "max_size", "reserved")
+
+    def __init__(self, max_size: int, allocate: Callable[[int], bool] | None = None) -> None:
+        self._buffer = bytearray()
+        self.max_size = max_size
+        self._allocate = allocate
+        self._need = -1
+        self.blocked = False
+        self.reserved = 0  # bytes allocated for the frame being received
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add received bytes; return every frame now complete (without its size prefix)."""
+        frames: list[bytes] = []
+        self.feed_into(data, frames)
+        return frames
+
+    def resume(self) -> list[bytes]:
+        """Try the frame the pool refused again; return the frames now complete."""
+        frames: list[bytes] = []
+        self.resume_into(frames)
+        return frames
+
+    def feed_into(self, data: bytes, out: MutableSequence[bytes]) -> None:
+        """``feed``, appending the frames to ``out`` (those complete before a
+        ``FrameTooLarge`` are there too)."""
+        buf = self._buffer
+        if buf or self.blocked:
+            buf += data
+            if not self.blocked:
+                del buf[: self._frames(buf, out)]
+        else:  # nothing buffered: cut the frames out of ``data``, keep only its tail
+            pos = self._frames(data, out)
+            if pos < len(data):
+                buf += memoryview(data)[pos:]
+
+    def resume_into(self, out: MutableSequence[bytes]) -> None:
+        """``resume``, appending the frames to ``out``."""
+        self.blocked = False
+        del self._buffer[: self._frames(self._buffer, out)]
+
+    def _frames(self, data: bytes | bytearray, out: MutableSequence[bytes]) -> int:
+        """Append the complete frames of ``data`` to ``out``; return the bytes used."""
+        pos = 0
+        end = len(data)
+        with memoryview(data) as view:  # one copy per frame
+            while True:
+                if self._need < 0:
+                    if end - pos < 4:
+                        break
+                    (size,) = _SIZE.unpack_from(data, pos)
+                    if size < 0 or size > self.max_size:
+                        raise FrameTooLarge(size, self.max_size)
+                    if self._allocate is not None:
+                        if not self._allocate(size):
+                            self.blocked = True
+                            break
+                        self.reserved = size
+                    self._need = size
+                    pos += 4
+                if end - pos < self._need:
+                    break
+                out.append(view[pos : pos + self._need].tobytes())
+                pos += self._need
+                self._need = -1
+                self.reserved = 0
+        return pos
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a complete frame."""
+        return len(self._buffer)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """A parsed request header and where the body starts in the frame."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+
+
+def parse_request_header(frame: bytes) -> RequestHeader:
+    """Parse the request header (v0, v1 or v2 as the API and version demand)."""
+    try:
+        api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(frame, 0)
+    except struct.error as exc:
+        raise InvalidRequestHeader("frame shorter than a request header") from exc
+    pos = 8
+    client_id: str | None = None
+    header_version = api.request_header_version(api_key, api_version)
+    if header_version >= 1:
+        if len(frame) < pos + 2:
+            raise InvalidRequestHeader("truncated client id")
+        (length,) = struct.unpack_from(">h", frame, pos)
+        pos += 2
+        if length >= 0:
+            if len(frame) < pos + length:
+                raise InvalidRequestHeader("truncated client id")
+            client_id = frame[pos : pos + length].decode("utf-8", "replace")
+            pos += length
+    if header_version >= 2:
+        count, pos = read_uvarint(frame, pos)
+        for _ in range(count):
+            _tag, pos = read_uvarint(frame, pos)
+            size, pos = read_uvarint(frame, pos)
+            pos += size
+        if pos > len(frame):
+            raise InvalidRequestHeader("truncated tagged fields")
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+def read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    """Read an unsigned varint with kio's reader; return (value, next position)."""
+    try:
+        value, size = read_unsigned_varint(data, pos)
+    except (BufferUnderflow, ValueError) as exc:
+        raise InvalidRequestHeader("malformed unsigned varint") from exc
+    return int(value), pos + size
+
+
+def response_body_offset(api_key: int, api_version: int) -> int:
+    """Where a response's body starts in its frame (after the size prefix): behind the
+    correlation id, and for header v1 its tagged fields (none, as brokers send them)."""
+    return 4 if api.response_header_version(api_key, api_version) == 0 else 5
+
+
+def response_frame_prefix(
+    api_key: int, api_version: int, correlation_id: int, body_size: int
+) -> bytes:
+    """Size prefix plus response header for a body of ``body_size`` bytes."""
+    if api.response_header_version(api_key, api_version) == 0:
+        return _RESP_V0.pack(body_size + 4, correlation_id)
+    return _RESP_V0.pack(body_size + 5, correlation_id) + b"\x00"
+
+
+def encode_request_frame(
+    api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: bytes
+) -> bytes:
+    """Size prefix, request header and body: what a client sends."""
+    header = _HEADER_FIXED.pack(api_key, api_version, correlation_id)
+    header_version = api.request_header_version(api_key, api_version)
+    if header_version >= 1:
+        if client_id is None:
+            header += b"\xff\xff"
+        else:
+            raw = client_id.encode()
+            header += struct.pack(">h", len(raw)) + raw
+    if header_version >= 2:
+        header += b"\x00"
+    return _SIZE.pack(len(header) + len(body)) + header + body
