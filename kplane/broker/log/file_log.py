@@ -37,7 +37,14 @@ from pathlib import Path
 import structlog
 
 from kplane.broker.log.leader_epoch_cache import LeaderEpochCache
-from kplane.broker.log.log import PREFIX_SIZE, Log, first_at_or_after, latest_of_max, replay_into
+from kplane.broker.log.log import (
+    PREFIX_SIZE,
+    Log,
+    control_marker,
+    first_at_or_after,
+    latest_of_max,
+    replay_into,
+)
 from kplane.broker.log.log_config import LogSettings
 from kplane.broker.log.producer_state import (
     CompletedTxn,
@@ -63,9 +70,7 @@ from kplane.protocol.fetch_response import Piece
 from kplane.protocol.records import (
     BatchHeader,
     EndTxnMarker,
-    InvalidRecordError,
     Record,
-    end_txn_marker,
     iter_records,
     served_prefix,
 )
@@ -257,16 +262,8 @@ class FileLog(Log):
         """What a producer's stored control batch says (None: nothing to act on)."""
         if not header.is_control or header.producer_id < 0:
             return None
-        try:
-            return end_txn_marker(segment.read(header.position, header.size))
-        except InvalidRecordError as exc:
-            log.warning(
-                "control batch ignored: not a readable transaction marker",
-                log_dir=str(self.directory),
-                offset=header.base_offset,
-                reason=exc.message,
-            )
-            return None
+        data = segment.read(header.position, header.size)
+        return control_marker(data, header, log_dir=str(self.directory))
 
     def _replay(self, segment: LogSegment, replay_from: int, header: BatchHeader) -> None:
         if header.base_offset < replay_from or header.producer_id < 0:

@@ -27,6 +27,7 @@ from kplane.protocol.records import (
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
     BatchHeader,
+    Buffer,
     EndTxnMarker,
     InvalidRecordError,
     Record,
@@ -56,16 +57,18 @@ class UnexpectedAppendOffsetError(KafkaError):
         self.last_offset = last_offset
 
 
-def control_marker(batch: bytes | memoryview, header: BatchHeader) -> EndTxnMarker | None:
-    """What a whole stored control batch of a producer says (None: not a transaction
-    marker, or unreadable: logged and ignored, as a recovery replay does)."""
+def control_marker(batch: Buffer, header: BatchHeader, **context: str) -> EndTxnMarker | None:
+    """What a whole stored control batch says (None: emptied, another control type, or
+    unreadable). An unreadable one is logged, with ``context``, and read as no marker: a
+    replay ignores it, the cleaner keeps it as it is."""
     try:
         return end_txn_marker(batch)
     except InvalidRecordError as exc:
         log.warning(
-            "control batch ignored: not a readable transaction marker",
+            "control batch read as no marker: not a readable transaction marker",
             offset=header.base_offset,
             reason=exc.message,
+            **context,
         )
         return None
 

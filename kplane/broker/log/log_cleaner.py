@@ -60,6 +60,7 @@ from kplane.broker.config.definitions import LONG_MAX
 from kplane.broker.config.errors import ConfigException
 from kplane.broker.config.kafka_config import KafkaConfig
 from kplane.broker.log.file_log import FileLog
+from kplane.broker.log.log import control_marker
 from kplane.broker.log.log_config import LogSettings
 from kplane.broker.log.offset_map import BYTES_PER_SLOT, OffsetMap
 from kplane.broker.log.partition import TopicPartition
@@ -71,10 +72,7 @@ from kplane.protocol.records import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
-    EndTxnMarker,
-    InvalidRecordError,
     encode_batch,
-    end_txn_marker,
     iter_records,
     read_partial_batches,
 )
@@ -670,7 +668,7 @@ class Cleaner:
                 break  # past the first uncleanable offset (an ongoing transaction)
             stats.map_bytes_read += header.size
             if header.is_control:
-                txns.on_control_batch_read(header, _marker(header, data))
+                txns.on_control_batch_read(header, control_marker(data, header))
             elif not txns.on_batch_read(header):
                 for offset, key, _ in record_keys(header, data):
                     if key is not None and offset >= start:
@@ -827,20 +825,6 @@ class Cleaner:
         return result.output
 
 
-def _marker(header: BatchHeader, data: memoryview) -> EndTxnMarker | None:
-    """What a stored control batch says; None when it is empty, of another control type, or
-    unreadable (then it is kept as it is)."""
-    try:
-        return end_txn_marker(data)
-    except InvalidRecordError as exc:
-        log.warning(
-            "control batch kept as it is: not a readable transaction marker",
-            offset=header.base_offset,
-            reason=exc.message,
-        )
-        return None
-
-
 def _filter_marker(
     header: BatchHeader,
     data: memoryview,
@@ -850,7 +834,7 @@ def _filter_marker(
 ) -> bytes | None:
     """A control batch as it goes into the cleaned segment (Kafka's rule): kept while its
     transaction still has batches; then given a delete horizon, and gone after it."""
-    if not txns.on_control_batch_read(header, _marker(header, data)):
+    if not txns.on_control_batch_read(header, control_marker(data, header)):
         return bytes(data)
     if header.has_delete_horizon:
         return None if now >= header.base_timestamp else bytes(data)
