@@ -2,7 +2,9 @@
 
 import sys
 
-from kplane.tools.cli import main
-
 if __name__ == "__main__":
+    try:
+        from kplane.tools.cli import main
+    except KeyboardInterrupt:  # Ctrl-C while importing: quiet, as in every kplane command
+        sys.exit(130)
     sys.exit(main())

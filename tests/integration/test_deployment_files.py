@@ -232,6 +232,6 @@ def test_dockerfile() -> None:
     runs = " ".join(a for k, a in instructions if k == "RUN")
     assert "pip install . " in runs + " ", "the image installs the project without extras"
     copied = {a.split()[0] for k, a in instructions if k == "COPY"}
-    assert {"broker", "protocol", "configs"} <= copied
+    assert {"kplane", "configs"} <= copied
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".venv", "data"} <= set(ignored)

@@ -255,7 +255,7 @@ def test_unusable_results_dir_exit_2(
 def test_module_entry_point_without_spark(tmp_path: Path) -> None:
     """``python -m kplane.tools.report.pipeline`` fails cleanly before Spark or matplotlib load."""
     code = (
-        "import sys; from tools.report import pipeline; rc = pipeline.main(sys.argv[1:]); "
+        "import sys; from kplane.tools.report import pipeline; rc = pipeline.main(sys.argv[1:]); "
         "print(sorted(m for m in ('pyspark', 'matplotlib', 'pandas') if m in sys.modules)); "
         "sys.exit(rc)"
     )
