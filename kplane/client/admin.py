@@ -23,14 +23,17 @@ from typing import Any, TypeVar
 
 from kplane.client.consumer import list_offsets as _list_offsets
 from kplane.client.kafka_client import BrokerNode, KafkaClient, PartitionMetadata
-from kplane.common.acl import (
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    AclResourceType,
-    PatternType,
-)
+
+# The ACL and config types of Admin's methods: its callers import them from here.
+from kplane.common.acl import AclBinding as AclBinding
+from kplane.common.acl import AclBindingFilter as AclBindingFilter
+from kplane.common.acl import AclOperation as AclOperation
+from kplane.common.acl import AclPermissionType as AclPermissionType
+from kplane.common.acl import AclResourceType as AclResourceType
+from kplane.common.acl import PatternType as PatternType
+from kplane.common.acl_requests import acl_binding, creation_fields, filter_fields
+from kplane.common.config_ops import ConfigResourceType as ConfigResourceType
+from kplane.common.config_ops import OpType as OpType
 from kplane.common.network.connection import UnsupportedApi
 from kplane.protocol import api
 from kplane.protocol.api_keys import ApiKey
@@ -81,13 +84,6 @@ class ClusterDescription:
     brokers: tuple[BrokerNode, ...]
 
 
-class ConfigResourceType(IntEnum):
-    UNKNOWN = 0
-    TOPIC = 2
-    BROKER = 4
-    BROKER_LOGGER = 8
-
-
 class ConfigSource(IntEnum):
     UNKNOWN = 0
     DYNAMIC_TOPIC_CONFIG = 1
@@ -98,15 +94,6 @@ class ConfigSource(IntEnum):
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
     CLIENT_METRICS_CONFIG = 7
     GROUP_CONFIG = 8
-
-
-class OpType(IntEnum):
-    """IncrementalAlterConfigs operations."""
-
-    SET = 0
-    DELETE = 1
-    APPEND = 2
-    SUBTRACT = 3
 
 
 @dataclass(frozen=True)
@@ -797,17 +784,7 @@ class Admin:
         def fields(module: Any) -> dict[str, Any]:
             return dict(
                 creations=tuple(
-                    api.make(
-                        module.AclCreation,
-                        resource_type=int(b.resource_type),
-                        resource_name=b.resource_name,
-                        resource_pattern_type=int(b.pattern_type),
-                        principal=b.principal,
-                        host=b.host,
-                        operation=int(b.operation),
-                        permission_type=int(b.permission_type),
-                    )
-                    for b in wanted
+                    api.make(module.AclCreation, **creation_fields(b)) for b in wanted
                 ),
             )
 
@@ -819,11 +796,11 @@ class Admin:
         f = acl_filter or AclBindingFilter()
 
         response = await self._call(
-            None, ApiKey.DESCRIBE_ACLS, "describe_acls", lambda _: _filter_fields(f)
+            None, ApiKey.DESCRIBE_ACLS, "describe_acls", lambda _: filter_fields(f)
         )
         _raise_for(response)
         return [
-            _acl_binding(resource, acl) for resource in response.resources for acl in resource.acls
+            acl_binding(resource, acl) for resource in response.resources for acl in resource.acls
         ]
 
     async def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[DeleteAclsResult]:
@@ -836,7 +813,7 @@ class Admin:
             "delete_acls",
             lambda module: dict(
                 filters=tuple(
-                    api.make(module.DeleteAclsFilter, **_filter_fields(f)) for f in wanted
+                    api.make(module.DeleteAclsFilter, **filter_fields(f)) for f in wanted
                 )
             ),
         )
@@ -844,37 +821,12 @@ class Admin:
             DeleteAclsResult(
                 _error(r.error_code, r.error_message),
                 tuple(
-                    (_acl_binding(m, m), _error(m.error_code, m.error_message))
+                    (acl_binding(m, m), _error(m.error_code, m.error_message))
                     for m in r.matching_acls
                 ),
             )
             for r in response.filter_results
         ]
-
-
-def _acl_binding(resource: Any, acl: Any) -> AclBinding:
-    """An AclBinding from a response's resource (type, name, pattern) and ACL entry."""
-    return AclBinding(
-        AclResourceType(int(resource.resource_type)),
-        resource.resource_name,
-        PatternType(int(getattr(resource, "pattern_type", PatternType.LITERAL))),
-        acl.principal,
-        acl.host,
-        AclOperation(int(acl.operation)),
-        AclPermissionType(int(acl.permission_type)),
-    )
-
-
-def _filter_fields(f: AclBindingFilter) -> dict[str, Any]:
-    return {
-        "resource_type_filter": int(f.resource_type),
-        "resource_name_filter": f.resource_name,
-        "pattern_type_filter": int(f.pattern_type),
-        "principal_filter": f.principal,
-        "host_filter": f.host,
-        "operation": int(f.operation),
-        "permission_type": int(f.permission_type),
-    }
 
 
 def _resource_errors(responses: Iterable[Any]) -> dict[ConfigResource, KafkaError | None]:

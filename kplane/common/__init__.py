@@ -1,1 +1,2 @@
-"""What the broker and the client share: key material, JAAS text, the connection to a broker."""
+"""What the broker and the client share: key material, JAAS text, ACLs, the config APIs'
+codes, the connection to a broker."""

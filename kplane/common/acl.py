@@ -12,6 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Self
 
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
@@ -19,7 +20,23 @@ WILDCARD_PRINCIPAL = "User:*"
 _NOT_IN_NODE_NAME = re.compile(r"[/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
 
 
-class AclResourceType(IntEnum):
+class _KafkaNamed(IntEnum):
+    """An enum whose members Kafka names in ZooKeeper and kafka-acls.sh in PascalCase:
+    ``Topic``, ``TransactionalId``, ``DescribeConfigs``, ``Allow``."""
+
+    @property
+    def store_name(self) -> str:
+        """Kafka's spelling of the member: ``TRANSACTIONAL_ID`` is ``TransactionalId``."""
+        return "".join(part.capitalize() for part in self.name.split("_"))
+
+    @classmethod
+    def from_name(cls, name: str) -> Self:
+        """The member Kafka's ``name`` spells (``DescribeConfigs``, also ``read``);
+        KeyError if none."""
+        return cls["".join("_" + c if c.isupper() else c for c in name).strip("_").upper()]
+
+
+class AclResourceType(_KafkaNamed):
     UNKNOWN = 0
     ANY = 1
     TOPIC = 2
@@ -28,11 +45,6 @@ class AclResourceType(IntEnum):
     TRANSACTIONAL_ID = 5
     DELEGATION_TOKEN = 6
     USER = 7
-
-    @property
-    def store_name(self) -> str:
-        """Kafka's ZooKeeper spelling: ``Topic``, ``TransactionalId``..."""
-        return "".join(part.capitalize() for part in self.name.split("_"))
 
 
 class PatternType(IntEnum):
@@ -43,7 +55,7 @@ class PatternType(IntEnum):
     PREFIXED = 4
 
 
-class AclOperation(IntEnum):
+class AclOperation(_KafkaNamed):
     UNKNOWN = 0
     ANY = 1
     ALL = 2
@@ -60,20 +72,12 @@ class AclOperation(IntEnum):
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
 
-    @property
-    def store_name(self) -> str:
-        return "".join(part.capitalize() for part in self.name.split("_"))
 
-
-class AclPermissionType(IntEnum):
+class AclPermissionType(_KafkaNamed):
     UNKNOWN = 0
     ANY = 1
     DENY = 2
     ALLOW = 3
-
-    @property
-    def store_name(self) -> str:
-        return self.name.capitalize()
 
 
 CLUSTER_NAME = "kafka-cluster"
@@ -180,11 +184,16 @@ def implied(operation: AclOperation) -> frozenset[AclOperation]:
     return frozenset(ops)
 
 
+STORE_ROOTS = {
+    PatternType.LITERAL: "/kafka-acl",
+    PatternType.PREFIXED: "/kafka-acl-extended/prefixed",
+}
+"""Where the ACLs of each stored pattern type live: ``<root>/<Type>/<name>``."""
+
+
 def store_path(resource_type: AclResourceType, pattern_type: PatternType, name: str) -> str:
     """Where the ACLs of one resource pattern live in the metadata store."""
-    if pattern_type is PatternType.PREFIXED:
-        return f"/kafka-acl-extended/prefixed/{resource_type.store_name}/{name}"
-    return f"/kafka-acl/{resource_type.store_name}/{name}"
+    return f"{STORE_ROOTS[pattern_type]}/{resource_type.store_name}/{name}"
 
 
 def encode_acls(acls: list[AclBinding]) -> bytes:
@@ -195,8 +204,6 @@ def decode_acls(
     resource_type: AclResourceType, pattern_type: PatternType, name: str, data: bytes
 ) -> list[AclBinding]:
     """The ACLs of one stored node."""
-    ops = {o.store_name: o for o in AclOperation}
-    perms = {p.store_name: p for p in AclPermissionType}
     return [
         AclBinding(
             resource_type,
@@ -204,8 +211,8 @@ def decode_acls(
             pattern_type,
             entry["principal"],
             entry["host"],
-            ops[entry["operation"]],
-            perms[entry["permissionType"]],
+            AclOperation.from_name(entry["operation"]),
+            AclPermissionType.from_name(entry["permissionType"]),
         )
         for entry in json.loads(data).get("acls", [])
     ]

@@ -58,9 +58,8 @@ def add_parser(sub: Any) -> None:
 
 def operation(name: str) -> AclOperation:
     """An operation by Kafka's name (``Read``, ``DescribeConfigs``...); UsageError if none."""
-    key = "".join("_" + c if c.isupper() else c for c in name).strip("_").upper()
     try:
-        return AclOperation[key]
+        return AclOperation.from_name(name)
     except KeyError:
         raise UsageError(f"--operation {name}: not an ACL operation") from None
 

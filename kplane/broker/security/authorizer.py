@@ -18,6 +18,7 @@ from kplane.broker.config.errors import ConfigException
 from kplane.broker.config.kafka_config import KafkaConfig
 from kplane.broker.metadata.store import MetadataStore, NodeExistsError, NoNodeError
 from kplane.common.acl import (
+    STORE_ROOTS,
     WILDCARD,
     WILDCARD_PRINCIPAL,
     AclBinding,
@@ -43,7 +44,6 @@ _CHANGES = {
     PatternType.LITERAL: "/kafka-acl-changes",
     PatternType.PREFIXED: "/kafka-acl-extended-changes",
 }
-_ROOTS = {PatternType.LITERAL: "/kafka-acl", PatternType.PREFIXED: "/kafka-acl-extended/prefixed"}
 _Key = tuple[AclResourceType, PatternType, str]
 
 
@@ -65,7 +65,7 @@ class AclAuthorizer:
 
     def startup(self) -> None:
         """Load every ACL and follow the change notifications."""
-        for pattern_type, root in _ROOTS.items():
+        for pattern_type, root in STORE_ROOTS.items():
             for resource_type in AclResourceType:
                 parent = f"{root}/{resource_type.store_name}"
                 with contextlib.suppress(NoNodeError):
@@ -232,7 +232,6 @@ class AclAuthorizer:
         children = self.store.get_children(path)
         fresh = [c for c in children if c not in self._seen[pattern_type]]
         self._seen[pattern_type] = set(children)
-        by_store_name = {t.store_name: t for t in AclResourceType}
         for child in sorted(fresh):
             with contextlib.suppress(NoNodeError):
                 data = self.store.get(f"{path}/{child}")[0].decode()
@@ -241,12 +240,12 @@ class AclAuthorizer:
                 else:
                     doc = json.loads(data)
                     type_name, name = doc["resourceType"], doc["name"]
-                resource_type = by_store_name.get(type_name)
-                if resource_type is not None:
-                    self._reload((resource_type, pattern_type, name))
-                    log.info(
-                        "ACLs reloaded", resource=f"{type_name}:{name}", pattern=pattern_type.name
-                    )
+                try:
+                    resource_type = AclResourceType.from_name(type_name)
+                except KeyError:
+                    continue
+                self._reload((resource_type, pattern_type, name))
+                log.info("ACLs reloaded", resource=f"{type_name}:{name}", pattern=pattern_type.name)
 
 
 def _key_of(acl: AclBinding) -> _Key:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from itertools import groupby
-from typing import Any
 
 import structlog
 
@@ -21,26 +20,13 @@ from kplane.common.acl import (
     AclResourceType,
     PatternType,
 )
+from kplane.common.acl_requests import acl_binding, binding_filter, entry_fields, resource_fields
 from kplane.protocol.api_keys import ApiKey
-from kplane.protocol.codes import from_wire
 from kplane.protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)
 
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
-
-
-def binding_filter(entity: Any) -> AclBindingFilter:
-    """The filter of a DescribeAcls request or a DeleteAcls filter entry."""
-    return AclBindingFilter(
-        from_wire(AclResourceType, entity.resource_type_filter),
-        entity.resource_name_filter,
-        from_wire(PatternType, getattr(entity, "pattern_type_filter", PatternType.LITERAL)),
-        entity.principal_filter,
-        entity.host_filter,
-        from_wire(AclOperation, entity.operation),
-        from_wire(AclPermissionType, entity.permission_type),
-    )
 
 
 def _filter_error(f: AclBindingFilter) -> str | None:
@@ -49,18 +35,6 @@ def _filter_error(f: AclBindingFilter) -> str | None:
     if f.operation is AclOperation.UNKNOWN or f.permission_type is AclPermissionType.UNKNOWN:
         return "Filter contains UNKNOWN elements"
     return None
-
-
-def _acl_fields(acl: AclBinding) -> dict[str, Any]:
-    return dict(
-        resource_type=int(acl.resource_type),
-        resource_name=acl.resource_name,
-        pattern_type=int(acl.pattern_type),
-        principal=acl.principal,
-        host=acl.host,
-        operation=int(acl.operation),
-        permission_type=int(acl.permission_type),
-    )
 
 
 class AclApis:
@@ -95,15 +69,7 @@ class AclApis:
         outcomes: list[tuple[ErrorCode, str | None]] = []
         valid: list[AclBinding] = []
         for c in creations:
-            acl = AclBinding(
-                from_wire(AclResourceType, c.resource_type),
-                c.resource_name,
-                from_wire(PatternType, getattr(c, "resource_pattern_type", PatternType.LITERAL)),
-                c.principal,
-                c.host,
-                from_wire(AclOperation, c.operation),
-                from_wire(AclPermissionType, c.permission_type),
-            )
+            acl = acl_binding(c, c, "resource_pattern_type")
             reason = acl.invalid_reason()
             if reason is None:
                 valid.append(acl)
@@ -147,28 +113,18 @@ class AclApis:
             )
             return
 
-        def resource_key(acl: AclBinding) -> tuple[int, str, int]:
-            return (int(acl.resource_type), acl.resource_name, int(acl.pattern_type))
+        def resource_key(acl: AclBinding) -> tuple[AclResourceType, str, PatternType]:
+            return (acl.resource_type, acl.resource_name, acl.pattern_type)
 
         acls = sorted(self.authorizer.acls(f), key=resource_key)
         resources = []
-        for (rtype, name, ptype), group in groupby(acls, key=resource_key):
+        for _, group in groupby(acls, key=resource_key):
+            entries = list(group)
             resources.append(
                 ctx.make(
                     "DescribeAclsResource",
-                    resource_type=rtype,
-                    resource_name=name,
-                    pattern_type=ptype,
-                    acls=tuple(
-                        ctx.make(
-                            "AclDescription",
-                            principal=a.principal,
-                            host=a.host,
-                            operation=int(a.operation),
-                            permission_type=int(a.permission_type),
-                        )
-                        for a in group
-                    ),
+                    **resource_fields(entries[0]),
+                    acls=tuple(ctx.make("AclDescription", **entry_fields(a)) for a in entries),
                 )
             )
         ctx.respond(
@@ -203,7 +159,8 @@ class AclApis:
                             "DeleteAclsMatchingAcl",
                             error_code=ErrorCode.none,
                             error_message=None,
-                            **_acl_fields(a),
+                            **resource_fields(a),
+                            **entry_fields(a),
                         )
                         for a in matches
                     ),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
 import structlog
@@ -32,22 +31,11 @@ from kplane.broker.server.config_describer import (
 )
 from kplane.broker.server.context import Handler, RequestContext
 from kplane.common.acl import AclOperation, AclResourceType
+from kplane.common.config_ops import ConfigResourceType, OpType
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger(__name__)
-
-
-class ResourceType(IntEnum):
-    TOPIC = 2
-    BROKER = 4
-
-
-class OpType(IntEnum):
-    SET = 0
-    DELETE = 1
-    APPEND = 2
-    SUBTRACT = 3
 
 
 @dataclass(frozen=True)
@@ -130,14 +118,14 @@ class ConfigApis:
     def _describe(
         self, ctx: RequestContext, rtype: int, name: str, keys: Any, docs: bool
     ) -> list[ConfigEntry]:
-        if rtype == ResourceType.TOPIC:
+        if rtype == ConfigResourceType.TOPIC:
             if not ctx.authorized(AclOperation.DESCRIBE_CONFIGS, AclResourceType.TOPIC, name):
                 raise KafkaError(ErrorCode.topic_authorization_failed, None)
             if self.cache.topic(name) is None:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic {name} not found")
             overrides = self.client.get_entity_config("topics", name)
             return self.describer.topic_entries(overrides, keys, docs)
-        if rtype == ResourceType.BROKER:
+        if rtype == ConfigResourceType.BROKER:
             if not ctx.authorized(AclOperation.DESCRIBE_CONFIGS, AclResourceType.CLUSTER):
                 raise KafkaError(ErrorCode.cluster_authorization_failed, None)
             if name not in ("", str(self.dynamic.broker_id)):
@@ -245,7 +233,7 @@ class ConfigApis:
         new_configs: Callable[[dict[str, str], Any], dict[str, str]],
         validate_only: bool,
     ) -> None:
-        if rtype == ResourceType.TOPIC:
+        if rtype == ConfigResourceType.TOPIC:
             if not ctx.authorized(AclOperation.ALTER_CONFIGS, AclResourceType.TOPIC, name):
                 raise KafkaError(ErrorCode.topic_authorization_failed, None)
             if self.cache.topic(name) is None:
@@ -257,7 +245,7 @@ class ConfigApis:
                 self.client.set_entity_config("topics", name, configs)
                 log.info("topic configs altered", topic=name, keys=sorted(configs))
             return
-        if rtype == ResourceType.BROKER:
+        if rtype == ConfigResourceType.BROKER:
             if not ctx.authorized(AclOperation.ALTER_CONFIGS, AclResourceType.CLUSTER):
                 raise KafkaError(ErrorCode.cluster_authorization_failed, None)
             if name and not (name.isascii() and name.isdigit()):
@@ -312,7 +300,7 @@ def apply_op(configs: dict[str, str], name: str, op: int, value: str | None, rty
         configs[name] = value
         return
     verb = "append" if kind is OpType.APPEND else "subtract"
-    if rtype == ResourceType.TOPIC:
+    if rtype == ConfigResourceType.TOPIC:
         topic_definition = TOPIC_CONFIGS.get(name)
         if topic_definition is None:
             raise KafkaError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
