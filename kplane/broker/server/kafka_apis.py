@@ -14,6 +14,7 @@ from kplane.broker.security.authorizer import AclAuthorizer
 from kplane.broker.server.api_versions import api_versions_response
 from kplane.broker.server.context import ApiFamily, Handler, RequestContext
 from kplane.broker.server.faults import FaultInjector, error_response
+from kplane.broker.server.initial_catch_up import InitialCatchUp
 from kplane.protocol import api
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode
@@ -26,9 +27,14 @@ class KafkaApis:
     """One table from api key to handler, filled by API families; serves every plane."""
 
     def __init__(
-        self, families: Iterable[ApiFamily], authorizer: AclAuthorizer | None = None
+        self,
+        families: Iterable[ApiFamily],
+        authorizer: AclAuthorizer | None = None,
+        catch_up: InitialCatchUp | None = None,
     ) -> None:
         self.authorizer = authorizer
+        self.catch_up = catch_up
+        """Until the broker has the controller's metadata: holds client requests."""
         self.faults: FaultInjector | None = None
         """Set when ``kplane.faults.enable`` (or a test fixture) allows fault injection."""
         self.handlers: dict[int, Handler] = {}
@@ -48,6 +54,12 @@ class KafkaApis:
 
     def handle(self, request: Request, channel: RequestChannel) -> None:
         """Decode ``request`` and run its handler; bad input closes only where Kafka does."""
+        catch_up = self.catch_up
+        if catch_up is not None:
+            if catch_up.caught_up:
+                self.catch_up = None
+            elif catch_up.hold(request, channel):
+                return
         header = request.header
         versions = api.kio_versions(header.api_key)
         if header.api_version not in versions:

@@ -60,6 +60,7 @@ from kplane.broker.server.fault_apis import FaultApis
 from kplane.broker.server.faults import FaultInjector
 from kplane.broker.server.fetch_apis import FetchApis
 from kplane.broker.server.group_apis import GroupApis
+from kplane.broker.server.initial_catch_up import InitialCatchUp
 from kplane.broker.server.kafka_apis import KafkaApis
 from kplane.broker.server.leader_epoch_apis import OffsetForLeaderEpochApis
 from kplane.broker.server.lifecycle import Lifecycle
@@ -353,7 +354,8 @@ class KafkaServer:
         """KafkaApis, a RequestChannel and a handler pool per plane (KIP-291), the
         SocketServer bound (connections wait in the backlog), and the components KIP-226
         reconfigures."""
-        self.apis = KafkaApis(self._api_families(), self.authorizer)
+        self.catch_up = InitialCatchUp()
+        self.apis = KafkaApis(self._api_families(), self.authorizer, self.catch_up)
         data_plane, control_plane = planes(config)
         self.data_channel = RequestChannel(data_plane)
         self.control_channel = RequestChannel(control_plane) if control_plane else None
@@ -414,6 +416,7 @@ class KafkaServer:
         self.lifecycle.on_shutdown("complete delayed fetches", self.fetch_purgatory.complete_all)
         self.lifecycle.on_shutdown("complete delayed produces", self.produce_purgatory.complete_all)
         self.lifecycle.on_shutdown("stop accepting", self.socket_server.stop_accepting)
+        self.lifecycle.on_shutdown("answer requests held for metadata", self.catch_up.complete)
         self.socket_server.start()
 
     def _start_controller(self, config: KafkaConfig) -> None:
@@ -548,10 +551,12 @@ class KafkaServer:
 
     def _await_own_metadata(self) -> None:
         """Wait (bounded) for the controller's first UpdateMetadata to name this broker, so
-        "started" means clients are answered with the cluster, not an empty one."""
+        "started" means clients are answered with the cluster, not an empty one; the
+        client requests held meanwhile are then served."""
         timeout_s = self.config.get_int("zookeeper.session.timeout.ms") / 1000
         if not self.cache.wait_for(lambda s: self.broker_id in s.brokers, timeout_s):
             log.warning("no metadata from the controller yet", broker_id=self.broker_id)
+        self.catch_up.complete()
 
     def _on_new_session(self) -> None:
         """A new ZooKeeper session: the old one's ephemeral nodes are gone. Register again

@@ -132,8 +132,10 @@ class MetadataApis:
         except KafkaError as exc:
             return exc.code, None
         if not self.cache.knows_itself:
-            # No metadata from the controller yet: the topic may exist, so nothing is
-            # created and the client retries (Kafka answers so for a topic being created).
+            # No metadata from the controller (a new metadata-store session): the topic may
+            # exist, so nothing is created and the client retries (Kafka answers so for a
+            # topic being created).
+            log.debug("topic unknown before the controller's metadata", topic=name)
             return ErrorCode.leader_not_available, None
         if not allow_auto:
             return ErrorCode.unknown_topic_or_partition, None
