@@ -54,6 +54,11 @@ class RequestContext:
         return self.request.header.api_key
 
     @property
+    def api_name(self) -> str | None:
+        """Kafka's name of the request's API, for log lines."""
+        return api.API_NAMES.get(self.api_key)
+
+    @property
     def api_version(self) -> int:
         return self.request.header.api_version
 
@@ -100,7 +105,7 @@ class RequestContext:
                 host=self.request.client_host,
                 operation=operation.name,
                 resource=f"{resource_type.name}:{name}",
-                api=api.API_NAMES.get(self.api_key),
+                api=self.api_name,
             )
         return allowed
 
@@ -143,7 +148,7 @@ class RequestContext:
                 "closing connection: response cannot be encoded",
                 connection=self.request.connection_id,
                 listener=self.listener_name,
-                api=api.API_NAMES.get(self.api_key),
+                api=self.api_name,
                 api_version=self.api_version,
                 reason=f"{type(exc).__name__}: {exc}",
             )
@@ -176,7 +181,7 @@ class RequestContext:
             "request failed",
             connection=self.request.connection_id,
             listener=self.listener_name,
-            api=api.API_NAMES.get(self.api_key),
+            api=self.api_name,
             api_version=self.api_version,
             reason=exception_reason(exc),
         )

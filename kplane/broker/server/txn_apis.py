@@ -134,8 +134,16 @@ class TxnApis:
         }
 
     def _txn_error(self, ctx: RequestContext, transactional_id: str) -> ErrorCode | None:
-        """TRANSACTIONAL_ID_AUTHORIZATION_FAILED without Write on the id, NOT_COORDINATOR
-        when another broker coordinates it; None when the request may go on."""
+        """INVALID_REQUEST for an empty id (as Kafka's coordinator), then
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED without Write on the id, NOT_COORDINATOR when
+        another broker coordinates it; None when the request may go on."""
+        if not transactional_id:
+            log.warning(
+                "request refused: empty transactional id",
+                api=ctx.api_name,
+                connection=ctx.request.connection_id,
+            )
+            return ErrorCode.invalid_request
         if not ctx.authorized(
             AclOperation.WRITE, AclResourceType.TRANSACTIONAL_ID, transactional_id
         ):

@@ -71,6 +71,8 @@ class TransactionStateManager:
             yield self._load(transactional_id)
 
     def _load(self, transactional_id: str) -> TransactionMetadata | None:
+        if not transactional_id:
+            return None  # no state, and no read: the empty id's path is /transactions itself
         cached = self._cache.get(transactional_id)
         if cached is not None:
             return cached
