@@ -67,6 +67,7 @@ def in_process(brokers: int) -> dict[str, Any]:
     from kplane.broker.config.kafka_config import KafkaConfig
     from kplane.broker.logging_setup import configure_logging
     from kplane.broker.server.kafka_server import KafkaServer
+    from kplane.testing.broker_view import BrokerView
     from kplane.testing.plugin import TEST_DEFAULTS
 
     configure_logging(cache_loggers=False)
@@ -77,7 +78,7 @@ def in_process(brokers: int) -> dict[str, Any]:
         props = {**TEST_DEFAULTS, "log.dirs": tempfile.mkdtemp(prefix="bench-startup-")}
         server = KafkaServer(KafkaConfig.from_properties(props))
         server.startup()
-        _api_versions(server.bound["PLAINTEXT"].port)
+        _api_versions(BrokerView(server).address("PLAINTEXT")[1])
         ready.append((time.perf_counter() - started) * 1000)
         stopping = time.perf_counter()
         server.shutdown()

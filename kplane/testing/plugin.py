@@ -4,8 +4,10 @@ Registered through the ``pytest11`` entry point, so installing kplane gives thes
 with no conftest: ``kafka_broker`` (an in-process broker), ``kafka_broker_factory``,
 ``kafka_cluster`` (brokers on a real ZooKeeper), ``kafka_broker_process`` (a ``kplane serve``
 child), and ``zookeeper``. kplane's own suite uses the same fixtures under their short
-names (``broker``, ``broker_factory``, ``broker_process``). Loading the plugin imports
-neither the broker nor any client library: fixtures import what they start.
+names (``broker``, ``broker_factory``, ``broker_process``). An in-process broker is a
+``RunningBroker``: tests read and fault it through its ``BrokerView`` methods
+(``kplane/testing/broker_view.py``). Loading the plugin imports neither the broker nor any
+client library: fixtures import what they start.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from kplane.testing.broker_view import BrokerView
+
 if TYPE_CHECKING:
     from kplane.broker.config.kafka_config import KafkaConfig
-    from kplane.broker.server.kafka_server import KafkaServer
     from kplane.testing.wire import WireClient
     from kplane.tools.zookeeper import ZooKeeperServer
 
@@ -50,17 +53,12 @@ DEFAULT_SERVE_CONFIG = (
 
 
 @dataclass
-class RunningBroker:
-    """A broker started for a test, in this process."""
+class RunningBroker(BrokerView):
+    """A broker started for a test, in this process: read and fault it through
+    BrokerView's methods; ``server``, the KafkaServer itself, is internal, not a stable
+    seam."""
 
-    server: KafkaServer
     config: KafkaConfig
-
-    def address(self, listener: str | None = None) -> tuple[str, int]:
-        """(host, port) actually bound by ``listener`` (the first one by default)."""
-        name = listener or self.config.listeners[0].listener_name
-        endpoint = self.server.bound[name]
-        return endpoint.host or "127.0.0.1", endpoint.port
 
     def bootstrap(self, listener: str | None = None) -> str:
         """``host:port`` for a client's bootstrap.servers."""
@@ -72,49 +70,9 @@ class RunningBroker:
         """``bootstrap.servers`` of the first listener."""
         return self.bootstrap()
 
-    @property
-    def broker_id(self) -> int:
-        return self.server.broker_id
-
     def stop(self) -> None:
         """Shut the broker down (idempotent)."""
         self.server.shutdown()
-
-    # fault injection (librdkafka mock cluster's, on this real broker) --------------------
-    def push_request_errors(self, api: int | str, *errors: int | str) -> None:
-        """Each next request of ``api`` (an ApiKey, its number or name, e.g. ``"Produce"``)
-        is answered with the next of ``errors`` (ErrorCodes, numbers or names such as
-        ``"NOT_LEADER_OR_FOLLOWER"``)."""
-        from kplane.tools.faults import api_key_named, error_named
-
-        self.server.fault_injector().push_request_errors(
-            api if isinstance(api, int) else api_key_named(api),
-            *(e if isinstance(e, int) else error_named(e) for e in errors),
-        )
-
-    def injected_error_count(self, api: int | str) -> int:
-        """Errors still queued for ``api``."""
-        from kplane.tools.faults import api_key_named
-
-        key = api if isinstance(api, int) else api_key_named(api)
-        return self.server.fault_injector().injected_error_count(key)
-
-    def set_rtt(self, ms: float, listener: str | None = None) -> None:
-        """Delay every response on ``listener`` (every listener by default) by ``ms``."""
-        self.server.fault_injector().set_rtt(ms, listener)
-
-    def broker_down(self) -> None:
-        """Close every listener (connections dropped, ports kept) until ``broker_up``."""
-        self.server.fault_injector().broker_down()
-
-    def broker_up(self) -> None:
-        """Reopen the listeners ``broker_down`` closed, on the same ports."""
-        self.server.fault_injector().broker_up()
-
-    def drop_connections(self, listener: str | None = None) -> None:
-        """Drop every connection of ``listener`` (the first by default)."""
-        name = listener or self.config.listeners[0].listener_name
-        self.server.fault_injector().drop_connections(name)
 
     def wire(self, listener: str | None = None) -> WireClient:
         """A raw wire connection to ``listener``."""
@@ -419,26 +377,11 @@ class KafkaCluster:
         """Make ``broker_id`` (a replica in the ISR) the partition's leader as an operator
         would: a reassignment that puts it first, then a preferred-leader election, by the
         cluster's controller; returns once every broker's metadata shows it."""
-        controller = next(b.server.controller for b in self.brokers if b.server.controller.active)
-        info = self.brokers[0].server.cache.topic(topic)
-        if info is None or partition not in info.partitions:
-            raise ValueError(f"{topic}-{partition} does not exist")
-        state = info.partitions[partition]
-        if broker_id not in state.isr:
-            raise ValueError(f"broker {broker_id} is not in the ISR {list(state.isr)}")
-        order = (broker_id, *(r for r in state.replicas if r != broker_id))
-        for step in (
-            lambda: controller.alter_reassignments({(topic, partition): order}),
-            lambda: controller.elect_leaders(False, [(topic, partition)]),
-        ):
-            for code, message in step().values():
-                if code.value not in (0, 84):  # none; ELECTION_NOT_NEEDED
-                    what = f"moving the leader of {topic}-{partition}"
-                    raise RuntimeError(f"{what}: {message or code.name}")
+        controller = next(b for b in self.brokers if b.is_controller())
+        controller.elect_leader(topic, partition, broker_id)
         deadline = time.monotonic() + timeout
         while not all(
-            (t := b.server.cache.topic(topic)) is not None
-            and t.partitions[partition].leader == broker_id
+            (p := b.partitions(topic).get(partition)) is not None and p.leader == broker_id
             for b in self.brokers
         ):
             if time.monotonic() > deadline:
@@ -449,7 +392,7 @@ class KafkaCluster:
         """Make ``broker_id`` the coordinator of ``group`` on every broker: FindCoordinator
         names it, the old coordinator answers NOT_COORDINATOR, members rejoin there."""
         for b in self.brokers:
-            b.server.coordinator_overrides[group] = broker_id
+            b.move_coordinator(group, broker_id)
 
 
 CLUSTER_DEFAULTS: dict[str, str] = {
@@ -480,7 +423,7 @@ def kafka_cluster(
         }
         started = [broker_factory({**common, "broker.id": str(i)}) for i in range(brokers)]
         deadline = time.monotonic() + 30
-        while not all(len(b.server.cache.snapshot.brokers) == brokers for b in started):
+        while not all(len(b.alive_brokers()) == brokers for b in started):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"not every broker saw {brokers} registered within 30 s")
             time.sleep(0.05)
