@@ -24,7 +24,6 @@ from kio.static.primitive import i16, i32, i64
 
 from kplane.protocol.errors import ErrorCode
 from kplane.protocol.records import Record
-from kplane.testing.plugin import RunningBroker
 from kplane.testing.wire import WireClient
 from kplane.tools.serve_process import json_events
 from tests.repo import REPO_ROOT
@@ -91,16 +90,6 @@ def fetch_request(
         ),
         forgotten_topics_data=(),
     )
-
-
-def connection_ids(broker: RunningBroker) -> set[str]:
-    """The connections an in-process broker holds, over all its Processors."""
-    assert broker.server.socket_server is not None
-    return {
-        c.connection_id
-        for p in broker.server.socket_server.all_processors()
-        for c in list(p.connections.values())
-    }
 
 
 def fetch_partition(client: WireClient, request: FetchRequest) -> Any:

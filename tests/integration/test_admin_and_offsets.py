@@ -235,7 +235,7 @@ def test_metadata_refuses_unknown_topics_when_auto_create_disabled(broker_factor
     assert found.error_code == ErrorCode.unknown_topic_or_partition
     assert found.partitions == ()
     assert "wanted" not in all_topics(broker)
-    assert broker.server.cache.topic("wanted") is None
+    assert "wanted" not in broker.topics()
 
 
 # ListOffsets --------------------------------------------------------------------------------
@@ -300,7 +300,7 @@ def _long_poll_then_produce(broker: RunningBroker, topic: str, max_wait_ms: int)
     poller.start()
     # Wait until the fetch is parked in the purgatory, so the produce is what wakes it.
     deadline = time.monotonic() + DEADLINE_S
-    while broker.server.fetch_purgatory.watched < 1:
+    while broker.purgatory_size("Fetch") < 1:
         assert not failures, failures
         assert not answers, f"fetch answered before any record was produced: {answers}"
         assert time.monotonic() < deadline, "the fetch never waited in the purgatory"
@@ -416,8 +416,8 @@ def test_consumer_with_out_of_range_offset_resets_to_earliest(broker: RunningBro
 
 # Metrics ------------------------------------------------------------------------------------
 def scrape(broker: RunningBroker) -> dict[str, Any]:
-    assert broker.server.metrics_http is not None
-    url = f"http://127.0.0.1:{broker.server.metrics_http.port}/metrics"
+    url = broker.metrics_url()
+    assert url is not None
     with urllib.request.urlopen(url, timeout=10) as response:
         assert response.status == 200
         text = response.read().decode()

@@ -479,7 +479,7 @@ def test_scram_credentials_as_kafka_accepts_them(scram_broker: RunningBroker, qu
     described = admin.describe_user_scram_credentials().result(timeout=30)
     assert set(described) == {"salty", "no-salt", "a/b", ".."}
     # Stored under Kafka's sanitized names, one node each.
-    assert set(scram_broker.server.store.get_children("/config/users")) == {
+    assert set(scram_broker.znode_children("/config/users")) == {
         "salty",
         "no-salt",
         "a%2Fb",

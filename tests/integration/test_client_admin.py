@@ -169,7 +169,7 @@ async def test_create_partitions(broker: RunningBroker, admin: Admin) -> None:
 async def test_describe_cluster(broker: RunningBroker, admin: Admin) -> None:
     description = await admin.describe_cluster()
     host, port = broker.address()
-    assert description.cluster_id == broker.server.cluster_id
+    assert description.cluster_id == broker.cluster_id
     assert description.controller_id == 0
     assert description.brokers == (BrokerNode(0, host, port, None),)
 

@@ -10,7 +10,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -67,13 +66,7 @@ def _client(broker: RunningBroker, listener: str, **props: str) -> KafkaClient:
 def _spy_principals(broker: RunningBroker) -> list[str]:
     """Principals of the Metadata requests the broker serves from now on."""
     principals: list[str] = []
-    original = broker.server.apis.handlers[3]
-
-    def spy(ctx: Any) -> None:
-        principals.append(ctx.principal)
-        original(ctx)
-
-    broker.server.apis.handlers[3] = spy
+    broker.on_request("Metadata", lambda request: principals.append(request.principal))
     return principals
 
 

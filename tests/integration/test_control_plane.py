@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kplane.protocol import api
 from kplane.protocol.errors import ErrorCode
 from kplane.protocol.records import build_batch
+from kplane.testing.broker_view import RequestInfo
 from kplane.testing.plugin import RunningBroker
 from kplane.testing.wire import WireClient
 from tests.integration.helpers import produce, recs
@@ -233,13 +234,7 @@ def test_stop_replica_with_delete_drops_the_partition(cp_broker, version) -> Non
         assert response.error_code == ErrorCode.none
         assert [p.error_code for p in response.partition_errors] == [ErrorCode.none]
         assert _produce_error(data, "gone") == ErrorCode.not_leader_or_follower
-    assert cp_broker.server.log_manager.get(_tp("gone")) is None
-
-
-def _tp(topic: str) -> Any:
-    from kplane.broker.log.partition import TopicPartition
-
-    return TopicPartition(topic, 0)
+    assert cp_broker.replica("gone", 0) is None
 
 
 def test_controller_requests_need_cluster_action(broker_factory) -> None:
@@ -259,7 +254,7 @@ def test_controller_requests_need_cluster_action(broker_factory) -> None:
             "super.users": "User:broker",
         }
     )
-    assert broker.server.cache.snapshot.brokers  # the controller's requests got through
+    assert broker.alive_brokers()  # the controller's requests got through
     with broker.wire("PLAINTEXT") as control:
         response = control.request(update_metadata(8, broker, "x", leader=0))
         assert response.error_code == ErrorCode.cluster_authorization_failed
@@ -268,9 +263,7 @@ def test_controller_requests_need_cluster_action(broker_factory) -> None:
 
 
 def _gauges(broker: RunningBroker) -> dict[str, float]:
-    from prometheus_client import generate_latest
-
-    text = generate_latest(broker.server.metrics.registry).decode()
+    text = broker.metrics_text()
     return {
         f.name: sum(s.value for s in f.samples)
         for f in text_string_to_metric_families(text)
@@ -290,14 +283,12 @@ def test_a_full_data_queue_does_not_hold_back_a_control_request(broker_factory) 
     broker.create_topic("cp", 1)
     # A stuck data-plane handler (a fault kplane cannot cause on purpose): Metadata blocks.
     release = threading.Event()
-    original = broker.server.apis.handlers[3]
 
-    def stuck(ctx) -> None:  # type: ignore[no-untyped-def]
-        if ctx.request.plane == "data":
+    def stuck(request: RequestInfo) -> None:
+        if request.plane == "data":
             release.wait(60)
-        original(ctx)
 
-    broker.server.apis.handlers[3] = stuck
+    broker.on_request("Metadata", stuck)
     metadata = api.make(api.request_class(3, 12), topics=None, allow_auto_topic_creation=False)
     clients = [broker.wire("PLAINTEXT") for _ in range(5)]
     try:
@@ -333,9 +324,7 @@ def test_plane_metrics_have_kip_291_names(cp_broker) -> None:
         "kafka_server_kafkarequesthandlerpool_controlplanerequesthandleravgidlepercent",
     ):
         assert name in gauges, name
-    from prometheus_client import generate_latest
-
-    text = generate_latest(cp_broker.server.metrics.registry).decode()
+    text = cp_broker.metrics_text()
     assert 'request="UpdateMetadata"' in text and 'plane="control"' in text
     # The data plane's processor idle metric names no control-plane listener.
     for family in text_string_to_metric_families(text):
@@ -347,14 +336,12 @@ def test_data_plane_threads_can_give_way_to_the_control_plane(broker_factory) ->
     import os
 
     broker = broker_factory({**CONTROLLER_OVERRIDES, "kplane.data.plane.thread.nice": "7"})
-    server = broker.server
     mine = os.getpriority(os.PRIO_PROCESS, 0)
 
     def nice(thread) -> int:  # type: ignore[no-untyped-def]
         return os.getpriority(os.PRIO_PROCESS, thread.native_id)
 
-    data_handlers = [t for t in server.handler_pool._threads if t.native_id]
+    data_handlers = [t for t in broker.request_handlers("data") if t.native_id]
     assert data_handlers and all(nice(t) == mine + 7 for t in data_handlers)
-    control = [t for t in server.control_handler_pool._threads if t.native_id]
+    control = [t for t in broker.request_handlers("control") if t.native_id]
     assert control and all(nice(t) == mine for t in control)
-    assert server.priority is not None and server.priority.data_thread_nice == 7

@@ -177,7 +177,7 @@ def test_dynamic_values_survive_a_restart(broker_factory, tmp_path: Path) -> Non
     described = _describe(again)
     assert described["log.cleaner.threads"].value == "5"
     assert described["message.max.bytes"].value == "2000000"
-    assert again.server.config.get("message.max.bytes") == 2000000
+    assert again.current_config("message.max.bytes") == 2000000
 
 
 def test_passwords_are_encoded_and_never_shown(broker_factory, tmp_path: Path) -> None:
@@ -202,7 +202,7 @@ def test_passwords_are_encoded_and_never_shown(broker_factory, tmp_path: Path) -
     for path in log_dir.rglob("*"):
         if path.is_file():
             assert pki.password.encode() not in path.read_bytes(), path
-    stored = json.loads(broker.server.store.get("/config/brokers/0")[0])["config"]
+    stored = json.loads(broker.znode("/config/brokers/0"))["config"]
     assert stored["listener.name.ssl.ssl.keystore.password"].startswith("encryptedPassword:")
 
 
@@ -233,7 +233,7 @@ def test_invalid_changes_answer_invalid_config(broker, entity, configs, mention)
     assert code == 40, info.value  # INVALID_CONFIG
     assert mention in text
     # Nothing was stored.
-    assert broker.server.dynamic.entity_configs(entity or "<default>") == {}
+    assert broker.dynamic_config(entity or "<default>") == {}
 
 
 def test_validate_only_changes_nothing(broker) -> None:
@@ -302,7 +302,7 @@ def test_passwords_are_reencoded_under_a_new_secret(broker_factory, tmp_path: Pa
     key = "listener.name.plaintext.ssl.key.password"
     broker = broker_factory({"password.encoder.secret": "old-secret", "log.dirs": log_dir})
     _set(broker, "0", {key: "p4ss"})
-    before = json.loads(broker.server.store.get("/config/brokers/0")[0])["config"][key]
+    before = json.loads(broker.znode("/config/brokers/0"))["config"][key]
     broker.stop()
     again = broker_factory(
         {
@@ -311,9 +311,9 @@ def test_passwords_are_reencoded_under_a_new_secret(broker_factory, tmp_path: Pa
             "log.dirs": log_dir,
         }
     )
-    after = json.loads(again.server.store.get("/config/brokers/0")[0])["config"][key]
+    after = json.loads(again.znode("/config/brokers/0"))["config"][key]
     assert after != before
-    assert again.server.dynamic.entity_configs("0") == {key: "p4ss"}
+    assert again.dynamic_config("0") == {key: "p4ss"}
     from kplane.broker.config.password_encoder import PasswordEncoder
 
     assert PasswordEncoder("new-secret").decode(after) == "p4ss"

@@ -23,12 +23,7 @@ from tests.integration.test_dynamic_config import _delete, _set
 SECRET = {"password.encoder.secret": "encoder-secret"}
 
 
-def _processors(broker: RunningBroker, listener: str = "PLAINTEXT") -> int:
-    return len(broker.server.socket_server.processors[listener])
-
-
 def test_thread_pools_resize_under_load_without_a_failed_request(broker) -> None:
-    server = broker.server
     errors: list[object] = []
     remaining: list[int] = []
     delivered = [0]
@@ -62,8 +57,8 @@ def test_thread_pools_resize_under_load_without_a_failed_request(broker) -> None
         wait_for_more(1000)
         for io, network in ((8, 4), (4, 2), (6, 3)):
             _set(broker, "0", {"num.io.threads": str(io), "num.network.threads": str(network)})
-            assert server.handler_pool.size == io
-            assert _processors(broker) == network
+            assert len(broker.request_handlers()) == io
+            assert broker.processors() == network
             wait_for_more(1000)  # the load carries on through every resize
     finally:
         stop.set()
@@ -85,7 +80,7 @@ def test_a_listener_added_at_runtime_serves_and_is_advertised_then_removed(broke
     metadata = AdminClient({"bootstrap.servers": f"{host}:{port}"}).list_topics(timeout=10)
     assert [(b.host, b.port) for b in metadata.brokers.values()] == [(host, port)]
     # The new endpoint is published in the registration, listener name included.
-    registration = broker.server.store.get("/brokers/ids/0")[0].decode()
+    registration = broker.znode("/brokers/ids/0").decode()
     assert f"EXTRA://127.0.0.2:{port}" in registration
     _set(broker, "0", {"listeners": "PLAINTEXT://127.0.0.1:0"})
     with pytest.raises(OSError):
@@ -121,7 +116,7 @@ def test_listener_changes_kafka_refuses(broker_factory, configs, mention) -> Non
     with pytest.raises(KafkaException) as info:
         _set(broker, "0", configs)
     assert mention in info.value.args[0].str()
-    assert broker.server.dynamic.entity_configs("0") == {}
+    assert broker.dynamic_config("0") == {}
 
 
 def _tls_broker(broker_factory, pki) -> RunningBroker:

@@ -28,7 +28,6 @@ from kplane.protocol.body_scan import write_uvarint
 from kplane.protocol.errors import ErrorCode
 from kplane.protocol.framing import encode_request_frame
 from kplane.testing.plugin import RunningBroker
-from tests.integration.helpers import connection_ids
 
 API_VERSIONS = ApiVersionsRequest(client_software_name="t", client_software_version="1")
 
@@ -144,7 +143,7 @@ def test_metadata_v10_topic_by_id_without_name_is_closed_not_hung(
         include_topic_authorized_operations=False,
     )
     _still_serves(broker)  # the controller's connection is up
-    before = connection_ids(broker)
+    before = set(broker.connections())
     with capture_logs() as logs, broker.wire() as client:
         client.send(request)
         assert client.is_closed_by_peer()
@@ -157,7 +156,7 @@ def _connections(broker: RunningBroker, before: set[str], settle: float = 5.0) -
     ``settle`` seconds to go (the broker's own controller connection is in ``before``)."""
     deadline = time.monotonic() + settle
     while True:
-        count = len(connection_ids(broker) - before)
+        count = len(set(broker.connections()) - before)
         if count == 0 or time.monotonic() > deadline:
             return count
         time.sleep(0.02)
@@ -194,7 +193,7 @@ def test_a_parked_fetch_of_a_closed_connection_is_released(broker: RunningBroker
         rack_id="",
     )
     assert info.error_code == ErrorCode.none
-    before = connection_ids(broker)
+    before = set(broker.connections())
     clients = [broker.wire() for _ in range(20)]
     for client in clients:
         client.send(fetch)
@@ -214,20 +213,14 @@ def test_a_client_that_never_reads_is_not_buffered_without_bound(broker: Running
         encode_request_frame(18, 3, i, "t", api.encode(API_VERSIONS)) for i in range(count)
     )
     response_size = 4 + len(_answer_bytes(broker))  # the controller's connection is up
-    before = connection_ids(broker)
+    before = set(broker.connections())
     sock = socket.create_connection(broker.address(), timeout=10)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sender = threading.Thread(target=sock.sendall, args=(frame,), daemon=True)
     sender.start()
     time.sleep(0.5)
-    assert broker.server.socket_server is not None
-    [conn] = [
-        c
-        for p in broker.server.socket_server.all_processors()
-        for c in p.connections.values()
-        if c.connection_id not in before
-    ]
-    assert _settled_write_buffer(conn) <= WRITE_BUFFER_HIGH + response_size
+    [connection] = set(broker.connections()) - before
+    assert _settled_write_buffer(broker, connection) <= WRITE_BUFFER_HIGH + response_size
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)  # now read quickly
     reader = sock.makefile("rb")
     for i in range(count):
@@ -238,12 +231,12 @@ def test_a_client_that_never_reads_is_not_buffered_without_bound(broker: Running
     sock.close()
 
 
-def _settled_write_buffer(conn: Any, limit: float = 20.0) -> int:
+def _settled_write_buffer(broker: RunningBroker, connection: str, limit: float = 20.0) -> int:
     """The connection's unsent bytes once they stopped changing for a second."""
     deadline = time.monotonic() + limit
     last, since = -1, time.monotonic()
     while time.monotonic() < deadline:
-        size = conn.transport.get_write_buffer_size() if conn.transport else 0
+        size = broker.connections().get(connection, 0)
         if size != last:
             last, since = size, time.monotonic()
         elif time.monotonic() - since >= 1.0:
@@ -310,7 +303,7 @@ def test_controller_request_naming_an_impossible_topic_changes_nothing(
         client.send_raw(forged)
         frame = client.read_frame()
     assert api.decode_response(6, 4, frame, 4).error_code == ErrorCode.invalid_topic_exception
-    assert "" not in broker.server.cache.snapshot.topics
+    assert "" not in broker.topics()
     broker.create_topic("after-forgery")
     assert broker.topic_metadata("after-forgery").error_code == ErrorCode.none
 

@@ -16,7 +16,6 @@ from confluent_kafka import Producer
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 
-from kplane.broker.log.partition import TopicPartition
 from kplane.protocol import api
 from kplane.protocol.errors import ErrorCode
 from kplane.protocol.framing import encode_request_frame
@@ -328,5 +327,5 @@ def test_acks0_requests_sent_before_the_client_closes_are_all_stored(
             client.sock.sendall(frame)
         client.sock.shutdown(socket.SHUT_WR)
         assert client.is_closed_by_peer(timeout=10)
-    partition = broker.server.log_manager.get(TopicPartition("acks0-close", 0))
-    assert partition is not None and partition.log.log_end_offset == count
+    replica = broker.replica("acks0-close", 0)
+    assert replica is not None and replica.log_end_offset == count

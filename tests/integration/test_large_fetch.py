@@ -18,7 +18,7 @@ from kafka import TopicPartition as KpTopicPartition
 from kplane.common.certs import PkiFiles
 from kplane.testing.plugin import RunningBroker
 from kplane.testing.wire import WireClient
-from tests.integration.helpers import connection_ids, fetch_request, produce_all
+from tests.integration.helpers import fetch_request, produce_all
 
 TOPIC = "fetched"
 PARTITIONS = 3
@@ -135,7 +135,7 @@ def test_a_client_that_stops_reading_a_large_response_is_closed_when_idle(  # ty
     channel idle that long, rather than held forever."""
     broker = _broker(broker_factory, pki, **{"connections.max.idle.ms": "1000"})
     _fill(broker, partitions=1)
-    before = connection_ids(broker)
+    before = set(broker.connections())
     client = WireClient(*broker.address(listener), timeout=10)
     if listener == "SSL":
         context = ssl.create_default_context(cafile=str(pki.ca_cert))
@@ -144,10 +144,10 @@ def test_a_client_that_stops_reading_a_large_response_is_closed_when_idle(  # ty
     deadline = time.monotonic() + 15
     stalled: set[str] = set()
     while not stalled and time.monotonic() < deadline:
-        stalled = connection_ids(broker) - before  # registered by its Processor
-    while time.monotonic() < deadline and stalled & connection_ids(broker):
+        stalled = set(broker.connections()) - before  # registered by its Processor
+    while time.monotonic() < deadline and stalled & set(broker.connections()):
         time.sleep(0.2)  # not reading
-    assert stalled and not stalled & connection_ids(broker), "the stalled connection stayed"
+    assert stalled and not stalled & set(broker.connections()), "the stalled connection stayed"
     received = 0
     client.sock.settimeout(10)
     with contextlib.suppress(ConnectionError, ssl.SSLError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -30,14 +31,14 @@ def test_topics_and_cluster_id_survive_a_restart(broker_factory, tmp_path) -> No
     admin = AdminClient({"bootstrap.servers": first.bootstrap()})
     admin.create_topics([NewTopic("kept", 3, 1, config={"retention.ms": "1000"})])["kept"].result()
     first.wait_for_partitions("kept", 3)
-    cluster_id = first.server.cluster_id
-    topic_id = first.server.cache.topic("kept").topic_id
+    cluster_id = first.cluster_id
+    topic_id = first.topics()["kept"]
     first.stop()
 
     second = broker_factory(overrides)
-    assert second.server.cluster_id == cluster_id
-    kept = second.server.cache.topic("kept")
-    assert kept is not None and kept.topic_id == topic_id and sorted(kept.partitions) == [0, 1, 2]
-    assert second.server.client.get_entity_config("topics", "kept") == {"retention.ms": "1000"}
+    assert second.cluster_id == cluster_id
+    assert second.topics()["kept"] == topic_id and sorted(second.partitions("kept")) == [0, 1, 2]
+    stored = json.loads(second.znode("/config/topics/kept"))
+    assert stored["config"] == {"retention.ms": "1000"}
     metadata = AdminClient({"bootstrap.servers": second.bootstrap()}).list_topics(timeout=10)
     assert len(metadata.topics["kept"].partitions) == 3

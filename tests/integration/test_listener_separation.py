@@ -23,10 +23,7 @@ TWO_LISTENERS = {
 
 
 def _endpoints(broker: RunningBroker) -> dict[str, tuple[str, int]]:
-    return {
-        name: (broker.server.advertised(name).host, broker.server.advertised(name).port)  # type: ignore[union-attr]
-        for name in ("INTERNAL", "EXTERNAL")
-    }
+    return {name: broker.advertised(name) for name in ("INTERNAL", "EXTERNAL")}
 
 
 def _metadata(client: WireClient, topic: str | None = None) -> object:
@@ -89,14 +86,7 @@ def test_real_clients_see_their_own_listener(broker_factory) -> None:
 def test_listener_name_travels_with_each_request(broker_factory) -> None:
     broker = broker_factory(TWO_LISTENERS)
     seen: list[tuple[str, str]] = []
-    apis = broker.server.apis
-    original = apis.handlers[3]
-
-    def spy(ctx) -> None:  # type: ignore[no-untyped-def]
-        seen.append((ctx.listener_name, ctx.security_protocol.value))
-        original(ctx)
-
-    apis.handlers[3] = spy
+    broker.on_request("Metadata", lambda r: seen.append((r.listener, r.security_protocol)))
     for name in ("INTERNAL", "EXTERNAL"):
         with WireClient(*broker.address(name)) as client:
             _metadata(client)
@@ -114,15 +104,10 @@ def test_leader_without_the_listener(broker_factory) -> None:
     from kio.schema.metadata.v5.request import MetadataRequest as MetadataRequestV5
     from kio.schema.metadata.v5.request import MetadataRequestTopic as TopicV5
 
-    from kplane.broker.config.endpoint import EndPoint, SecurityProtocol
-    from kplane.broker.metadata.kafka_store import BrokerRegistration
-
     broker = broker_factory(TWO_LISTENERS)
     # A second broker that registered only its INTERNAL listener (as a broker configured
     # without EXTERNAL would); it leads the topic's only partition.
-    broker.server.client.register_broker(
-        BrokerRegistration(1, (EndPoint("INTERNAL", "localhost", 1, SecurityProtocol.PLAINTEXT),))
-    )
+    broker.register_stand_in(1, "INTERNAL", "localhost", 1)
     import datetime
 
     # The controller publishes the new broker, then (below) the topic, asynchronously.
@@ -132,7 +117,7 @@ def test_leader_without_the_listener(broker_factory) -> None:
             assert time.monotonic() < deadline
             time.sleep(0.02)
 
-    wait_until(lambda: 1 in broker.server.cache.snapshot.brokers)
+    wait_until(lambda: 1 in broker.alive_brokers())
 
     with WireClient(*broker.address("EXTERNAL")) as client:
         created = client.request(
@@ -153,7 +138,7 @@ def test_leader_without_the_listener(broker_factory) -> None:
             )
         )
         assert created.topics[0].error_code == ErrorCode.none
-        wait_until(lambda: broker.server.cache.topic("internal-only") is not None)
+        wait_until(lambda: "internal-only" in broker.topics())
         v12 = _metadata(client, "internal-only")
         v5 = client.request(
             MetadataRequestV5(

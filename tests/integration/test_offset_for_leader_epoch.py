@@ -6,16 +6,15 @@ librdkafka validating a position with it (KIP-320)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib import import_module
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-from kplane.broker.log.partition import Partition, TopicPartition
-from kplane.broker.server.leader_epoch_apis import OffsetForLeaderEpochApis
 from kplane.common.acl import (
     AclBinding,
     AclOperation,
@@ -26,24 +25,11 @@ from kplane.common.acl import (
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode
 from kplane.protocol.records import build_batch
+from kplane.testing.broker_view import Replica
 from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import produce, recs
 
 VERSIONS = [2, 3, 4]
-
-
-def serve_api(broker: RunningBroker) -> RunningBroker:
-    """The broker, serving OffsetForLeaderEpoch (KafkaServer registers
-    OffsetForLeaderEpochApis; a build without it gets the family here)."""
-    apis = broker.server.apis
-    if ApiKey.OFFSET_FOR_LEADER_EPOCH not in apis.handlers:
-        apis.handlers.update(OffsetForLeaderEpochApis(broker.server.replica_manager).handlers())
-    return broker
-
-
-@pytest.fixture
-def served(broker: RunningBroker) -> Iterator[RunningBroker]:
-    yield serve_api(broker)
 
 
 def request(
@@ -85,10 +71,10 @@ def ask(
     }
 
 
-def partition_of(broker: RunningBroker, topic: str) -> Partition:
-    partition = broker.server.replica_manager.log_manager.get(TopicPartition(topic, 0))
-    assert partition is not None
-    return partition
+def replica_of(broker: RunningBroker, topic: str) -> Replica:
+    replica = broker.replica(topic, 0)
+    assert replica is not None
+    return replica
 
 
 def produce_some(broker: RunningBroker, topic: str, count: int) -> None:
@@ -98,25 +84,17 @@ def produce_some(broker: RunningBroker, topic: str, count: int) -> None:
             assert response.error_code == ErrorCode.none
 
 
-def new_epoch(partition: Partition, epoch: int) -> None:
-    """What a leader change does to the leader's partition: a new leader epoch, which
-    begins at the log end (the controller's LeaderAndIsr, without a second broker)."""
-    with partition.log.lock:
-        partition.leader_epoch = epoch
-        partition.log.maybe_assign_epoch_start_offset(epoch, partition.log.log_end_offset)
-
-
 @pytest.fixture
-def epochs(served: RunningBroker) -> tuple[RunningBroker, int]:
+def epochs(broker: RunningBroker) -> tuple[RunningBroker, int]:
     """A topic led here with three records in epoch ``e``, nothing in ``e + 1`` and four
-    in ``e + 2`` (from offset 3): the broker and ``e``."""
-    served.create_topic("epochs")
-    produce_some(served, "epochs", 3)
-    partition = partition_of(served, "epochs")
-    first = partition.leader_epoch
-    new_epoch(partition, first + 2)
-    produce_some(served, "epochs", 4)
-    return served, first
+    in ``e + 2`` (from offset 3): the broker and ``e``. The new epoch is what the
+    controller's LeaderAndIsr of a leader change would begin, without a second broker."""
+    broker.create_topic("epochs")
+    produce_some(broker, "epochs", 3)
+    first = replica_of(broker, "epochs").leader_epoch
+    broker.set_leader("epochs", 0, broker.broker_id, first + 2)
+    produce_some(broker, "epochs", 4)
+    return broker, first
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -167,15 +145,14 @@ def test_partitions_not_led_here(epochs: tuple[RunningBroker, int]) -> None:
         ("epochs", 7): (ErrorCode.unknown_topic_or_partition, -1, -1),
         ("no-such-topic", 0): (ErrorCode.unknown_topic_or_partition, -1, -1),
     }
-    partition = partition_of(broker, "epochs")
-    leader = partition.leader_id
+    leader, epoch = broker.broker_id, replica_of(broker, "epochs").leader_epoch
     one_by_one = []
-    partition.leader_id = leader + 100  # another broker leads it now
+    broker.set_leader("epochs", 0, leader + 100, epoch)  # another broker leads it now
     try:
         for current in (-1, e + 2, e + 1, e + 3):
             one_by_one.append(ask(broker, {"epochs": [(0, current, e)]})[("epochs", 0)][0])
     finally:
-        partition.leader_id = leader
+        broker.set_leader("epochs", 0, leader, epoch)
     # Kafka checks the current leader epoch before the leadership
     assert one_by_one == [
         ErrorCode.not_leader_or_follower,
@@ -185,9 +162,13 @@ def test_partitions_not_led_here(epochs: tuple[RunningBroker, int]) -> None:
     ]
 
 
-def test_api_versions_advertises_every_kio_version(served: RunningBroker) -> None:
-    versions = served.server.apis.supported_versions()[ApiKey.OFFSET_FOR_LEADER_EPOCH]
-    assert list(versions) == VERSIONS
+def test_api_versions_advertises_every_kio_version(broker: RunningBroker) -> None:
+    with broker.wire() as client:
+        response = client.request(
+            ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        )
+    (entry,) = [k for k in response.api_keys if k.api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH]
+    assert list(range(entry.min_version, entry.max_version + 1)) == VERSIONS
 
 
 # authorization -------------------------------------------------------------------------------
@@ -210,21 +191,17 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float = 20.0) -> Non
 def test_cluster_action_or_describe_authorizes(
     broker_factory: Callable[..., RunningBroker],
 ) -> None:
-    broker = serve_api(
-        broker_factory(
-            {
-                "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-                "allow.everyone.if.no.acl.found": "true",
-            }
-        )
+    broker = broker_factory(
+        {
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "allow.everyone.if.no.acl.found": "true",
+        }
     )
     for topic in ("open", "secret"):
         broker.create_topic(topic)
         produce_some(broker, topic, 2)
-    authorizer = broker.server.authorizer
-    assert authorizer is not None
     anonymous = "User:ANONYMOUS"
-    authorizer.create_acls(
+    broker.create_acls(
         [
             # ACLs on the cluster and on "secret" for someone else: ANONYMOUS has neither
             acl(
@@ -234,7 +211,7 @@ def test_cluster_action_or_describe_authorizes(
             acl(AclResourceType.TOPIC, "secret", "User:bob", AclOperation.DESCRIBE),
         ]
     )
-    epoch = partition_of(broker, "open").leader_epoch
+    epoch = replica_of(broker, "open").leader_epoch
     query = {"open": [(0, -1, epoch)], "secret": [(0, -1, epoch)]}
     wait_for(
         lambda: ask(broker, query)[("secret", 0)][0] == ErrorCode.topic_authorization_failed,
@@ -245,17 +222,17 @@ def test_cluster_action_or_describe_authorizes(
         ("open", 0): (ErrorCode.none, epoch, 2),  # no ACL on it: allowed to everyone
         ("secret", 0): (ErrorCode.topic_authorization_failed, -1, -1),
     }
-    authorizer.create_acls(
+    broker.create_acls(
         [acl(AclResourceType.TOPIC, "secret", anonymous, AclOperation.DESCRIBE)]
     )
     wait_for(lambda: ask(broker, query)[("secret", 0)][0] == ErrorCode.none, "Describe granted")
-    authorizer.create_acls([acl(AclResourceType.TOPIC, "open", "User:bob", AclOperation.READ)])
+    broker.create_acls([acl(AclResourceType.TOPIC, "open", "User:bob", AclOperation.READ)])
     wait_for(
         lambda: ask(broker, query)[("open", 0)][0] == ErrorCode.topic_authorization_failed,
         "Describe on open denied",
     )
     # a broker (ClusterAction) may ask about every topic, whatever its topic ACLs say
-    authorizer.create_acls(
+    broker.create_acls(
         [acl(AclResourceType.CLUSTER, "kafka-cluster", anonymous, AclOperation.CLUSTER_ACTION)]
     )
     wait_for(
@@ -269,24 +246,17 @@ def test_cluster_action_or_describe_authorizes(
 
 
 # a client ------------------------------------------------------------------------------------
-def test_librdkafka_validates_a_position_with_its_epoch(served: RunningBroker) -> None:
+def test_librdkafka_validates_a_position_with_its_epoch(broker: RunningBroker) -> None:
     """librdkafka checks an assigned offset that carries a leader epoch with
     OffsetForLeaderEpoch (KIP-320) before fetching from it."""
-    served.create_topic("validated")
-    produce_some(served, "validated", 5)
-    epoch = partition_of(served, "validated").leader_epoch
-    handlers = served.server.apis.handlers
-    answered = handlers[ApiKey.OFFSET_FOR_LEADER_EPOCH]
-    seen: list[tuple[int, Any]] = []
-
-    def counting(ctx: Any) -> None:
-        seen.append((ctx.api_version, ctx.body))
-        answered(ctx)
-
-    handlers[ApiKey.OFFSET_FOR_LEADER_EPOCH] = counting
+    broker.create_topic("validated")
+    produce_some(broker, "validated", 5)
+    epoch = replica_of(broker, "validated").leader_epoch
+    seen: list[Any] = []
+    broker.on_request(ApiKey.OFFSET_FOR_LEADER_EPOCH, lambda request: seen.append(request.body))
     consumer = Consumer(
         {
-            "bootstrap.servers": served.bootstrap(),
+            "bootstrap.servers": broker.bootstrap(),
             "group.id": "ofle",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -303,9 +273,8 @@ def test_librdkafka_validates_a_position_with_its_epoch(served: RunningBroker) -
         assert got == [(2, epoch), (3, epoch), (4, epoch)]
     finally:
         consumer.close()
-        handlers[ApiKey.OFFSET_FOR_LEADER_EPOCH] = answered
     assert seen, "librdkafka sent no OffsetForLeaderEpoch"
-    (topic,) = seen[0][1].topics
+    (topic,) = seen[0].topics
     (asked,) = topic.partitions
     assert (topic.topic, int(asked.leader_epoch), int(asked.current_leader_epoch)) == (
         "validated", epoch, epoch

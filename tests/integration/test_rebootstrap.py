@@ -56,7 +56,7 @@ async def test_rebootstrap_reaches_the_new_broker(broker_factory) -> None:
         broker2 = start_broker2()
         cluster = await client.refresh_metadata(["after-the-switch"])
         assert sorted(cluster.brokers) == [2]
-        assert cluster.cluster_id == broker2.server.cluster_id
+        assert cluster.cluster_id == broker2.cluster_id
         assert client.rebootstraps == 1
         assert await client.leader_for("after-the-switch", 0) == 2
     finally:
@@ -133,7 +133,7 @@ def test_librdkafka_rebootstraps_against_kplane(broker_factory) -> None:
     broker2 = start_broker2()
     second = _deliver(producer, "kip-899", b"after")
     assert getattr(second, "error", lambda: None)() is None, second
-    assert broker2.server.cache.topic("kip-899") is not None
+    assert "kip-899" in broker2.topics()
     producer.flush(10)
 
 
@@ -245,7 +245,7 @@ async def test_producer_and_fetcher_carry_on_through_broker2(broker_factory) -> 
         assert client.rebootstraps >= 1
         got = await _poll_values(consumer, 1)  # the fetcher goes on from its position, 1
         assert [(r.offset, r.value) for r in got] == [(1, b"after-1")]
-        assert broker2.server.cache.topic("kip-899-clients") is not None
+        assert "kip-899-clients" in broker2.topics()
     finally:
         await producer.close()
         await consumer.close()

@@ -23,7 +23,6 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 from structlog.testing import capture_logs
 
-from kplane.broker.log.partition import TopicPartition
 from kplane.protocol.compression import compress
 from kplane.protocol.errors import ErrorCode
 from kplane.protocol.records import BATCH_HEADER_SIZE, Record, build_batch
@@ -111,9 +110,9 @@ BAD_BATCHES: dict[str, tuple[Callable[[], bytes], ErrorCode]] = {
 
 
 def log_end_offset(broker: RunningBroker, topic: str) -> int:
-    partition = broker.server.log_manager.get(TopicPartition(topic, 0))
-    assert partition is not None
-    return partition.log.log_end_offset
+    replica = broker.replica(topic, 0)
+    assert replica is not None
+    return replica.log_end_offset
 
 
 @pytest.mark.parametrize("kind", list(BAD_BATCHES))

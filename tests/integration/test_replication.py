@@ -4,7 +4,6 @@ waits for the ISR, and a leader's death loses no acknowledged record."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,9 +13,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kplane.broker.log.partition import TopicPartition as Tp
 from kplane.protocol.errors import ErrorCode
 from kplane.protocol.records import build_batch
+from kplane.testing.broker_view import PartitionInfo
 from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import produce, recs
 
@@ -57,7 +56,7 @@ def cluster(broker_factory, zookeeper, tmp_path: Path):  # type: ignore[no-untyp
 
     brokers = {i: start(i) for i in range(3)}
     for b in brokers.values():
-        _wait(lambda b=b: len(b.server.cache.snapshot.brokers) == 3, what="three brokers")
+        _wait(lambda b=b: len(b.alive_brokers()) == 3, what="three brokers")
     return brokers, start
 
 
@@ -66,9 +65,8 @@ def _create(broker: RunningBroker, topic: str, partitions: int = 1, **configs: s
     admin.create_topics([NewTopic(topic, partitions, 3, config=configs)])[topic].result(15)
 
 
-def _partition(broker: RunningBroker, topic: str, index: int = 0) -> Any:
-    info = broker.server.cache.topic(topic)
-    return info.partitions.get(index) if info else None
+def _partition(broker: RunningBroker, topic: str, index: int = 0) -> PartitionInfo | None:
+    return broker.partitions(topic).get(index)
 
 
 def _all_in_sync(brokers: dict[int, RunningBroker], topic: str) -> bool:
@@ -111,12 +109,11 @@ def test_every_replica_joins_the_isr_and_holds_the_records(cluster) -> None:  # 
     for i in range(200):
         p.produce("replicated", f"r-{i}".encode())
     assert p.flush(30) == 0
-    tp = Tp("replicated", 0)
     _wait(
         lambda: all(
-            (part := b.server.replica_manager.log_manager.get(tp)) is not None
-            and part.log.log_end_offset == 200
-            and part.high_watermark == 200
+            (replica := b.replica("replicated", 0)) is not None
+            and replica.log_end_offset == 200
+            and replica.high_watermark == 200
             for b in brokers.values()
         ),
         what="every replica at offset 200",
@@ -125,12 +122,10 @@ def test_every_replica_joins_the_isr_and_holds_the_records(cluster) -> None:  # 
     # reports twice what was set, capped by net.core.rmem_max)
     rmem_max = int(Path("/proc/sys/net/core/rmem_max").read_text())
     buffers = {
-        thread._connection._writer.get_extra_info("socket").getsockopt(
-            socket.SOL_SOCKET, socket.SO_RCVBUF
-        )
+        fetcher.receive_buffer
         for b in brokers.values()
-        for thread in b.server.replica_fetchers._threads.values()
-        if thread._connection is not None and thread._connection._writer is not None
+        for fetcher in b.replica_fetchers()
+        if fetcher.receive_buffer is not None
     }
     assert buffers == {2 * min(RECEIVE_BUFFER, rmem_max)}
 
@@ -153,11 +148,9 @@ def test_a_follower_far_behind_catches_up_through_partial_fetches(cluster) -> No
     for i in range(2000):
         p.produce(topic, f"{i:06d}".encode() * 40)
     assert p.flush(30) == 0
-    tp = Tp(topic, 0)
     _wait(
         lambda: all(
-            (part := b.server.replica_manager.log_manager.get(tp)) is not None
-            and part.log.log_end_offset == 2000
+            (replica := b.replica(topic, 0)) is not None and replica.log_end_offset == 2000
             for b in brokers.values()
         ),
         what="every replica at offset 2000",
@@ -227,7 +220,8 @@ def test_acks_all_needs_min_insync_replicas(cluster) -> None:  # type: ignore[no
         lambda: (part := _partition(brokers[leader], topic)) is not None and part.isr == (leader,),
         what="the ISR down to the leader",
     )
-    assert brokers[leader].server.replica_manager.under_replicated_partitions() == 1
+    under_replicated = "kafka_server_replicamanager_underreplicatedpartitions 1.0"
+    assert under_replicated in brokers[leader].metrics_text().splitlines()
     with brokers[leader].wire() as client:
         refused = produce(client, topic, build_batch(recs("k", 1)), acks=-1)
         assert refused.error_code == ErrorCode.not_enough_replicas
@@ -303,7 +297,7 @@ def test_replication_over_a_sasl_ssl_inter_broker_listener(
     }
     brokers = {i: broker_factory({**common, "broker.id": str(i)}) for i in range(2)}
     for b in brokers.values():
-        _wait(lambda b=b: len(b.server.cache.snapshot.brokers) == 2, what="two brokers")
+        _wait(lambda b=b: len(b.alive_brokers()) == 2, what="two brokers")
     admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap("PLAINTEXT")})
     # An ACL on the cluster: from now on only its principals have ClusterAction there.
     from confluent_kafka.admin import (
@@ -334,11 +328,10 @@ def test_replication_over_a_sasl_ssl_inter_broker_listener(
     for i in range(50):
         p.produce("secure-replicated", f"s-{i}".encode())
     assert p.flush(30) == 0
-    tp = Tp("secure-replicated", 0)
     _wait(
         lambda: all(
-            (part := b.server.replica_manager.log_manager.get(tp)) is not None
-            and part.log.log_end_offset == 50
+            (replica := b.replica("secure-replicated", 0)) is not None
+            and replica.log_end_offset == 50
             for b in brokers.values()
         ),
         what="both replicas at offset 50",
@@ -510,9 +503,9 @@ def test_partition_reassignment_with_kafka_python(cluster) -> None:  # type: ign
         assert kadmin.list_partition_reassignments() == {}
     finally:
         kadmin.close()
-    tp = Tp(topic, 0)
-    _wait(lambda: brokers[0].server.replica_manager.log_manager.get(tp) is None, what="deleted")
-    assert brokers[2].server.replica_manager.log_manager.get(tp).log.log_end_offset == 100
+    _wait(lambda: brokers[0].replica(topic, 0) is None, what="deleted")
+    moved = brokers[2].replica(topic, 0)
+    assert moved is not None and moved.log_end_offset == 100
     values = sorted(v for _, v in _read_all(_bootstrap(brokers), topic, 100))
     assert values == sorted(f"m-{i}".encode() for i in range(100))
 
@@ -572,7 +565,9 @@ def test_fetch_checks_the_current_leader_epoch(broker: RunningBroker) -> None:
     from tests.integration.helpers import fetch_partition, fetch_request
 
     broker.create_topic("epochs")
-    epoch = broker.server.replica_manager.leader_partition(Tp("epochs", 0)).leader_epoch
+    replica = broker.replica("epochs", 0)
+    assert replica is not None
+    epoch = replica.leader_epoch
 
     def fetch(current: int) -> int:
         request = fetch_request("epochs", 0)
@@ -589,7 +584,7 @@ def test_fetch_checks_the_current_leader_epoch(broker: RunningBroker) -> None:
     assert fetch(-1) == ErrorCode.none
     assert fetch(epoch + 1) == ErrorCode.unknown_leader_epoch
     # As if a newer LeaderAndIsr had come: the client's epoch is now the older one.
-    broker.server.replica_manager.leader_partition(Tp("epochs", 0)).leader_epoch = epoch + 1
+    broker.set_leader("epochs", 0, broker.broker_id, epoch + 1)
     assert fetch(epoch) == ErrorCode.fenced_leader_epoch
 
 
@@ -603,19 +598,22 @@ def test_num_replica_fetchers_changes_live(cluster) -> None:  # type: ignore[no-
     _create(brokers[0], topic, partitions=6)
     _wait(
         lambda: all(
-            (info := b.server.cache.topic(topic)) is not None
-            and all(len(p.isr) == 3 for p in info.partitions.values())
+            len(found := b.partitions(topic)) == 6
+            and all(len(p.isr) == 3 for p in found.values())
             for b in brokers.values()
         ),
         what="six partitions in sync",
     )
     _set(brokers[0], "", {"num.replica.fetchers": "2"})  # the cluster-wide default
     _wait(
-        lambda: all(b.server.replica_fetchers.num_fetchers == 2 for b in brokers.values()),
-        what="two fetchers per leader everywhere",
+        lambda: all(b.current_config("num.replica.fetchers") == 2 for b in brokers.values()),
+        what="num.replica.fetchers=2 everywhere",
     )
-    assert any(
-        len({key[1] for key in b.server.replica_fetchers._threads}) == 2 for b in brokers.values()
+    _wait(
+        lambda: any(
+            len({f.fetcher_id for f in b.replica_fetchers()}) == 2 for b in brokers.values()
+        ),
+        what="two fetchers for a leader",
     )
     p = Producer({"bootstrap.servers": _bootstrap(brokers), "acks": "all"})
     for i in range(120):

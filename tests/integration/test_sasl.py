@@ -66,13 +66,7 @@ def test_confluent_kafka_plain(sasl_broker, pki, listener) -> None:
 
 def test_principal_is_the_authenticated_user(sasl_broker, pki) -> None:
     principals: list[str] = []
-    original = sasl_broker.server.apis.handlers[3]
-
-    def spy(ctx) -> None:  # type: ignore[no-untyped-def]
-        principals.append(ctx.principal)
-        original(ctx)
-
-    sasl_broker.server.apis.handlers[3] = spy
+    sasl_broker.on_request("Metadata", lambda request: principals.append(request.principal))
     AdminClient(_confluent(sasl_broker, "SASL_PLAINTEXT", "alice-secret", pki)).list_topics(
         timeout=10
     )

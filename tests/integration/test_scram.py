@@ -80,7 +80,7 @@ def test_user_created_through_the_admin_api_then_used(scram_broker, pki, listene
     topic = f"scram-{listener.lower()}"
     assert numbered_round_trip(config, topic, 500) == [b"rt-%d" % i for i in range(500)]
     # Only the salted keys are stored, in Kafka's format.
-    stored = json.loads(scram_broker.server.store.get("/config/users/alice")[0])
+    stored = json.loads(scram_broker.znode("/config/users/alice"))
     assert "alice-secret" not in json.dumps(stored)
     assert stored["config"][name].endswith(",iterations=8192")
 

@@ -79,13 +79,7 @@ def test_kafka_python_over_tls_with_a_pem_keystore(broker_factory, pki, tmp_path
 def test_required_client_auth_gives_the_certificate_principal(broker_factory, pki) -> None:
     broker = _tls_broker(broker_factory, pki, client_auth="required")
     principals: list[str] = []
-    original = broker.server.apis.handlers[3]
-
-    def spy(ctx) -> None:  # type: ignore[no-untyped-def]
-        principals.append(ctx.principal)
-        original(ctx)
-
-    broker.server.apis.handlers[3] = spy
+    broker.on_request("Metadata", lambda request: principals.append(request.principal))
     got = numbered_round_trip(_confluent_ssl(broker, pki, with_cert=True), "mtls", 10)
     assert len(got) == 10
     assert "User:CN=kplane-client,OU=test,O=kplane" in principals
@@ -143,13 +137,7 @@ def test_principal_mapping_rules_name_the_authorized_principal(broker_factory, p
     )
     broker = _tls_broker(broker_factory, pki, client_auth="required", **extra)
     principals: list[str] = []
-    original = broker.server.apis.handlers[3]
-
-    def spy(ctx) -> None:  # type: ignore[no-untyped-def]
-        principals.append(ctx.principal)
-        original(ctx)
-
-    broker.server.apis.handlers[3] = spy
+    broker.on_request("Metadata", lambda request: principals.append(request.principal))
     assert len(numbered_round_trip(_confluent_ssl(broker, pki), "mapped", 5)) == 5
     assert set(principals) == {"User:KPLANE-CLIENT"}
     # ANONYMOUS on PLAINTEXT is no super user: the topic is hidden from it.

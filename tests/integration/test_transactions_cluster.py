@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 
 from kplane.broker.group.placement import coordinator_for
-from kplane.broker.log.partition import TopicPartition
 from kplane.testing.plugin import RunningBroker
 from tests.integration.test_transactions import consume_all
 
@@ -37,8 +37,8 @@ def pair(broker_factory, zookeeper) -> tuple[RunningBroker, RunningBroker]:  # t
     }
     first = broker_factory({**common, "broker.id": "0"})
     second = broker_factory({**common, "broker.id": "1"})
-    _wait(lambda: len(first.server.cache.snapshot.brokers) == 2)
-    _wait(lambda: len(second.server.cache.snapshot.brokers) == 2)
+    _wait(lambda: len(first.alive_brokers()) == 2)
+    _wait(lambda: len(second.alive_brokers()) == 2)
     return first, second
 
 
@@ -49,10 +49,18 @@ def _create(broker: RunningBroker, topic: str, assignment: list[list[int]]) -> N
     )[topic].result(15)
     _wait(
         lambda: (
-            (info := broker.server.cache.topic(topic)) is not None
-            and all(p.leader >= 0 for p in info.partitions.values())
+            len(found := broker.partitions(topic)) == len(assignment)
+            and all(p.leader >= 0 for p in found.values())
         )
     )
+
+
+def _transaction_state(broker: RunningBroker, transactional_id: str) -> str:
+    """The transaction's state as DescribeTransactions answers it."""
+    with broker.wire() as client:
+        request = DescribeTransactionsRequest(transactional_ids=(transactional_id,))
+        (state,) = client.request(request).transaction_states
+    return str(state.transaction_state)
 
 
 def _transactional_id_on(broker_id: int, prefix: str) -> str:
@@ -105,10 +113,10 @@ def test_a_new_coordinator_aborts_the_open_transaction_of_a_stopped_one(pair) ->
     assert consume_all(second.bootstrap(), "survivor", "read_committed", 1, timeout=1) == []
 
     first.stop()
-    _wait(lambda: list(second.server.cache.snapshot.brokers) == [1])
+    _wait(lambda: second.alive_brokers() == {1})
     # Broker 1 now coordinates the id: it aborts the timed-out transaction, writing the
     # marker, so read_committed readers move past the open records.
-    _wait(lambda: second.server.txn_coordinator.describe(tid).state.value == "CompleteAbort")
-    partition = second.server.replica_manager.leader_partition(TopicPartition("survivor", 0))
-    assert partition.last_stable_offset == partition.high_watermark
+    _wait(lambda: _transaction_state(second, tid) == "CompleteAbort")
+    replica = second.replica("survivor", 0)
+    assert replica is not None and replica.last_stable_offset == replica.high_watermark
     assert consume_all(second.bootstrap(), "survivor", "read_uncommitted", 1) == [b"orphaned"]

@@ -40,7 +40,7 @@ def test_describe_list_and_producers(broker: RunningBroker) -> None:
             FindCoordinatorRequest(key_type=1, coordinator_keys=("described",))
         ).coordinators
         assert coordinator.error_code == ErrorCode.none
-        assert coordinator.node_id == broker.server.broker_id
+        assert coordinator.node_id == broker.broker_id
 
         (state,) = client.request(
             DescribeTransactionsRequest(transactional_ids=("described",))

@@ -137,7 +137,7 @@ def start(broker_factory, tmp_path: Path, storage: str = "memory") -> RunningBro
     broker = broker_factory(
         {"kplane.log.storage": storage, "log.dirs": str(tmp_path / "data")}
     )
-    if broker.server.log_manager.get(TP) is None:
+    if broker.replica(TOPIC, 0) is None:
         broker.create_topic(TOPIC)
     return broker
 
@@ -146,7 +146,7 @@ def test_read_committed_sees_committed_and_plain_records_below_the_lso(
     broker_factory, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
     broker = start(broker_factory, tmp_path)
-    w = Writer(broker.server.replica_manager)
+    w = Writer(broker.replica_manager())
     scenario(w)
     bootstrap = broker.bootstrap()
 
@@ -168,7 +168,7 @@ def test_fetch_answers_the_lso_and_the_aborted_transactions(
     broker_factory, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
     broker = start(broker_factory, tmp_path)
-    scenario(Writer(broker.server.replica_manager))
+    scenario(Writer(broker.replica_manager()))
 
     uncommitted = fetch(broker, 0, committed=False)
     assert (uncommitted.high_watermark, uncommitted.last_stable_offset) == (10, 8)
@@ -196,7 +196,7 @@ def test_markers_and_batches_refused_as_kafka_refuses_them(
     broker_factory, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
     broker = start(broker_factory, tmp_path)
-    rm = broker.server.replica_manager
+    rm = broker.replica_manager()
     w = Writer(rm)
     assert w.data(P1, b"x", epoch=3) == ErrorCode.none
     assert w.data(P1, b"y", epoch=3, txn=False) == ErrorCode.invalid_txn_state
@@ -226,7 +226,7 @@ def test_a_read_committed_fetch_waits_for_the_marker(
     broker_factory, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
     broker = start(broker_factory, tmp_path)
-    w = Writer(broker.server.replica_manager)
+    w = Writer(broker.replica_manager())
     assert w.data(P1, b"t1", b"t2") == ErrorCode.none
     answers: list[Any] = []
     waiting = threading.Thread(
@@ -249,7 +249,7 @@ def test_the_lso_and_aborted_transactions_survive_a_restart(
     broker_factory, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
     first = start(broker_factory, tmp_path, "file")
-    scenario(Writer(first.server.replica_manager))
+    scenario(Writer(first.replica_manager()))
     first.stop()
     assert list((tmp_path / "data" / f"{TOPIC}-0").glob("*.txnindex"))
 
@@ -260,7 +260,7 @@ def test_the_lso_and_aborted_transactions_survive_a_restart(
     assert consume(second.bootstrap(), "read_committed", 4) == [
         b"a1", b"a2", b"plain0", b"plain1",
     ]
-    w = Writer(second.server.replica_manager)
+    w = Writer(second.replica_manager())
     w.seqs[P3] = 1
     assert w.data(P3, b"c2", txn=False) == ErrorCode.invalid_txn_state
     assert w.marker(P3, commit=False) == ErrorCode.none

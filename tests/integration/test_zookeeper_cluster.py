@@ -18,6 +18,7 @@ from kplane.broker.config.errors import ConfigException
 from kplane.protocol import api
 from kplane.protocol.errors import ErrorCode
 from kplane.protocol.records import build_batch
+from kplane.testing.broker_view import PartitionInfo
 from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import produce, recs
 from tests.integration.test_dynamic_config import _set
@@ -46,22 +47,20 @@ def pair(broker_factory, zookeeper) -> tuple[RunningBroker, RunningBroker]:
         }
     )
     second = broker_factory({**common, "broker.id": "1", "broker.rack": "b"})
-    _wait(lambda: len(first.server.cache.snapshot.brokers) == 2)
+    _wait(lambda: len(first.alive_brokers()) == 2)
     return first, second
 
 
-def _create(broker: RunningBroker, topic: str, partitions: int, factor: int = 1) -> dict[int, Any]:
+def _create(
+    broker: RunningBroker, topic: str, partitions: int, factor: int = 1
+) -> dict[int, PartitionInfo]:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap()})
     admin.create_topics([NewTopic(topic, partitions, factor)])[topic].result(timeout=15)
 
-    def led() -> dict[int, Any] | None:
-        info = broker.server.cache.topic(topic)
-        if (
-            info
-            and len(info.partitions) == partitions
-            and all(p.leader >= 0 for p in info.partitions.values())
-        ):
-            return info.partitions
+    def led() -> dict[int, PartitionInfo] | None:
+        found = broker.partitions(topic)
+        if len(found) == partitions and all(p.leader >= 0 for p in found.values()):
+            return found
         return None
 
     return _wait(led)
@@ -134,10 +133,10 @@ def test_group_coordinators_are_spread_by_group_id(pair) -> None:
 def test_dynamic_defaults_reach_every_broker(pair) -> None:
     first, second = pair
     _set(first, "", {"log.cleaner.threads": "3"})
-    _wait(lambda: second.server.config.get("log.cleaner.threads") == 3)
+    _wait(lambda: second.current_config("log.cleaner.threads") == 3)
     _set(first, "1", {"num.io.threads": "6"})
-    _wait(lambda: second.server.handler_pool.size == 6)
-    assert first.server.handler_pool.size == 4
+    _wait(lambda: len(second.request_handlers()) == 6)
+    assert len(first.request_handlers()) == 4
 
 
 def test_replicas_are_spread_over_racks(pair) -> None:
@@ -157,23 +156,17 @@ def test_start_up_guards(pair, broker_factory, zookeeper, tmp_path: Path) -> Non
     (log_dir / "meta.properties").write_text("version=0\nbroker.id=5\ncluster.id=someone-else\n")
     with pytest.raises(ConfigException, match="doesn't match stored clusterId"):
         broker_factory({"zookeeper.connect": zookeeper, "broker.id": "5", "log.dirs": str(log_dir)})
-    assert first.server.cache.snapshot.brokers.keys() == {0, 1}
+    assert first.alive_brokers() == {0, 1}
 
 
 def test_topic_deletion_stops_the_replicas_on_every_broker(pair) -> None:
-    from kplane.broker.log.partition import TopicPartition
-
     first, second = pair
     partitions = _create(first, "doomed", 4)
     hosts = {0: first, 1: second}
     for index, p in partitions.items():
-        assert hosts[p.leader].server.log_manager.get(TopicPartition("doomed", index))
+        assert hosts[p.leader].replica("doomed", index)
     admin = AdminClient({"bootstrap.servers": second.bootstrap()})
     admin.delete_topics(["doomed"])["doomed"].result(timeout=15)
     for broker in (first, second):
-        _wait(lambda b=broker: b.server.cache.topic("doomed") is None)
-        _wait(
-            lambda b=broker: all(
-                b.server.log_manager.get(TopicPartition("doomed", i)) is None for i in range(4)
-            )
-        )
+        _wait(lambda b=broker: "doomed" not in b.topics())
+        _wait(lambda b=broker: all(b.replica("doomed", i) is None for i in range(4)))
