@@ -3,10 +3,11 @@
 Bytes go in with ``receive_data`` (``b""`` for the peer's end of stream), events come out
 of ``next_event``. It owns what Kafka's KafkaChannel and Selector do for a connection:
 framing under ``socket.request.max.bytes`` (``sasl.server.max.receive.size`` before SASL
-authentication) with a memory pool asked for each frame, the request header, the known-API
-check and the SASL gate, muting (one request in flight, pipelined frames held until its
-response is sent), write back-pressure and the peer's half-close. The caller owns sockets,
-threads and the pool's waiting.
+authentication) with a memory pool asked for each frame's bytes as they arrive, the request
+header, the known-API check and the SASL gate, muting (one request in flight, pipelined
+frames held until its response is sent), write back-pressure and the peer's half-close. A
+frame size it refuses closes the connection after the requests before it are answered. The
+caller owns sockets, threads, clocks and the pool's waiting.
 """
 
 from __future__ import annotations
@@ -70,8 +71,9 @@ Event = RequestReady | Close | ConnectionClosed | Wait
 class ServerConnection:
     """One client connection: bytes in, requests out, one request in flight at a time.
 
-    ``allocate`` asks the memory pool for each frame's bytes when its size prefix arrives;
-    a refusal sets ``awaiting_memory`` until ``retry_frame``. With ``pre_auth_apis`` the
+    ``allocate`` asks the memory pool for a frame's bytes as they arrive, and
+    ``frame_complete`` says when the frame being received ends (``FrameDecoder``); a
+    refusal sets ``awaiting_memory`` until ``retry_frame``. With ``pre_auth_apis`` the
     connection starts unauthenticated: only those APIs pass, in frames of at most
     ``pre_auth_max_size`` bytes, until the caller sets ``authenticated``.
     """
@@ -80,6 +82,7 @@ class ServerConnection:
         "_authenticated",
         "_closed",
         "_decoder",
+        "_framing_error",
         "_in_flight",
         "_is_known_api",
         "_max_request_size",
@@ -96,6 +99,7 @@ class ServerConnection:
         is_known_api: Callable[[int], bool],
         *,
         allocate: Callable[[int], bool] | None = None,
+        frame_complete: Callable[[], None] | None = None,
         pre_auth_apis: Collection[int] | None = None,
         pre_auth_max_size: int = 524288,
     ) -> None:
@@ -105,13 +109,16 @@ class ServerConnection:
         self._pre_auth_apis = frozenset(pre_auth_apis or ())
         self._authenticated = pre_auth_apis is None
         self._decoder = FrameDecoder(
-            max_request_size if self._authenticated else pre_auth_max_size, allocate
+            max_request_size if self._authenticated else pre_auth_max_size,
+            allocate,
+            frame_complete,
         )
         self._pending: deque[bytes] = deque()  # complete frames not yet handed out
         self._in_flight = False
         self._writing_paused = False
         self._peer_closed = False
         self._closed: Close | ConnectionClosed | None = None
+        self._framing_error: Close | None = None  # comes once the frames before it are done
 
     @property
     def authenticated(self) -> bool:
@@ -127,7 +134,7 @@ class ServerConnection:
         """Bytes received from the client; ``b""`` when it closed its side."""
         if not data:
             self._peer_closed = True
-        elif self._closed is None and not self._peer_closed:
+        elif self._closed is None and self._framing_error is None and not self._peer_closed:
             try:
                 self._decoder.feed_into(data, self._pending)
             except FrameTooLarge as exc:
@@ -135,7 +142,7 @@ class ServerConnection:
 
     def retry_frame(self) -> None:
         """Memory was released: ask the pool again for the frame it refused."""
-        if self._closed is None and self._decoder.blocked:
+        if self._closed is None and self._framing_error is None and self._decoder.blocked:
             try:
                 self._decoder.resume_into(self._pending)
             except FrameTooLarge as exc:
@@ -145,7 +152,7 @@ class ServerConnection:
         reason = "request frame too large"
         if not self._authenticated:
             reason += " before SASL authentication"
-        self._closed = Close(reason, size=exc.size, limit=exc.limit)
+        self._framing_error = Close(reason, size=exc.size, limit=exc.limit)
 
     def next_event(self) -> Event:
         """The next thing the caller must act on, or a ``Wait`` saying why there is none.
@@ -155,6 +162,8 @@ class ServerConnection:
         if self._in_flight:
             return PAUSED
         if not self._pending:
+            if self._framing_error is not None:
+                return self._close(self._framing_error)
             if self._peer_closed:
                 self._closed = CONNECTION_CLOSED
                 return CONNECTION_CLOSED
@@ -204,8 +213,8 @@ class ServerConnection:
 
     @property
     def idle(self) -> bool:
-        """No request in flight and none waiting."""
-        return not self._in_flight and not self._pending
+        """No request in flight and none waiting (nor a close after them)."""
+        return not self._in_flight and not self._pending and self._framing_error is None
 
     @property
     def awaiting_memory(self) -> bool:
@@ -215,13 +224,26 @@ class ServerConnection:
     @property
     def wants_reading_paused(self) -> bool:
         """Stop reading the socket: complete frames wait (a pipelining client is held
-        back) or the pool has no room for the next."""
-        return bool(self._pending) or self._decoder.blocked
+        back), the pool has no room for more, or a bad frame size ends what is read."""
+        return bool(self._pending) or self._decoder.blocked or self._framing_error is not None
+
+    @property
+    def unfinished_frame(self) -> int | None:
+        """Which frame (counted from 0) has partly arrived, or None: the caller's clock
+        for a frame that takes too long starts when this number first shows."""
+        return self._decoder.frames if self._decoder.receiving else None
+
+    @property
+    def frame_progress(self) -> tuple[int, int | None]:
+        """Bytes of the unfinished frame received so far, and its size once known."""
+        decoder = self._decoder
+        size = decoder.frame_size
+        received = decoder.buffered if size is None else min(decoder.buffered, size)
+        return received, size
 
     def drop_unread(self) -> int:
         """Forget the frames not handed out and the one being received; return the bytes
         the pool had given them."""
-        size = sum(map(len, self._pending)) + self._decoder.reserved
+        size = sum(map(len, self._pending)) + self._decoder.abandon()
         self._pending.clear()
-        self._decoder.reserved = 0
         return size

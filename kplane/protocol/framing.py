@@ -33,20 +33,38 @@ class FrameDecoder:
     """Turns a byte stream into frames; the size is checked before the body is buffered.
 
     ``max_size`` may change between feeds (a smaller bound before SASL authentication).
-    With ``allocate``, each frame's size is asked of a memory pool when its size prefix
-    is read; a refusal leaves the decoder ``blocked`` (the caller stops reading) until
-    ``resume``.
+    With ``allocate``, a frame's bytes are asked of a memory pool as they arrive (its size
+    prefix alone asks for none, but is refused when the pool has no room): a refusal leaves
+    the decoder ``blocked`` (the caller stops reading) until ``resume``, the refused bytes
+    kept but not counted. ``frame_complete`` is called when the frame being received ends
+    (complete, or abandoned by ``abandon``).
     """
 
-    __slots__ = ("_allocate", "_buffer", "_need", "blocked", "max_size", "reserved")
+    __slots__ = (
+        "_allocate",
+        "_buffer",
+        "_frame_complete",
+        "_need",
+        "blocked",
+        "frames",
+        "max_size",
+        "reserved",
+    )
 
-    def __init__(self, max_size: int, allocate: Callable[[int], bool] | None = None) -> None:
+    def __init__(
+        self,
+        max_size: int,
+        allocate: Callable[[int], bool] | None = None,
+        frame_complete: Callable[[], None] | None = None,
+    ) -> None:
         self._buffer = bytearray()
         self.max_size = max_size
         self._allocate = allocate
+        self._frame_complete = frame_complete
         self._need = -1
         self.blocked = False
-        self.reserved = 0  # bytes allocated for the frame being received
+        self.reserved = 0  # bytes of the frame being received that the pool gave
+        self.frames = 0  # frames complete so far
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add received bytes; return every frame now complete (without its size prefix)."""
@@ -55,7 +73,7 @@ class FrameDecoder:
         return frames
 
     def resume(self) -> list[bytes]:
-        """Try the frame the pool refused again; return the frames now complete."""
+        """Try the bytes the pool refused again; return the frames now complete."""
         frames: list[bytes] = []
         self.resume_into(frames)
         return frames
@@ -79,7 +97,8 @@ class FrameDecoder:
         del self._buffer[: self._frames(self._buffer, out)]
 
     def _frames(self, data: bytes | bytearray, out: MutableSequence[bytes]) -> int:
-        """Append the complete frames of ``data`` to ``out``; return the bytes used."""
+        """Append the complete frames of ``data`` to ``out``; return the bytes used. The
+        frame being received, if any, starts at ``data[0]``."""
         pos = 0
         end = len(data)
         with memoryview(data) as view:  # one copy per frame
@@ -90,25 +109,62 @@ class FrameDecoder:
                     (size,) = _SIZE.unpack_from(data, pos)
                     if size < 0 or size > self.max_size:
                         raise FrameTooLarge(size, self.max_size)
-                    if self._allocate is not None:
-                        if not self._allocate(size):
-                            self.blocked = True
-                            break
-                        self.reserved = size
+                    if not self._hold(min(end - pos - 4, size)):
+                        break
                     self._need = size
                     pos += 4
+                else:
+                    arrived = min(end - pos, self._need)
+                    if arrived > self.reserved and not self._hold(arrived - self.reserved):
+                        break
                 if end - pos < self._need:
                     break
                 out.append(view[pos : pos + self._need].tobytes())
                 pos += self._need
-                self._need = -1
-                self.reserved = 0
+                self._end_frame()
+                self.frames += 1
         return pos
+
+    def _hold(self, size: int) -> bool:
+        """Count ``size`` more bytes of the frame against the pool; False when refused."""
+        if self._allocate is None:
+            return True
+        if not self._allocate(size):
+            self.blocked = True
+            return False
+        self.reserved += size
+        return True
+
+    def _end_frame(self) -> None:
+        self._need = -1
+        self.reserved = 0
+        if self._frame_complete is not None:
+            self._frame_complete()
+
+    def abandon(self) -> int:
+        """Drop what is buffered (the connection is closing); return the bytes the pool
+        had given the frame being received."""
+        reserved = self.reserved
+        if self._need >= 0:
+            self._end_frame()
+        self._buffer.clear()
+        self.blocked = False
+        return reserved
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet part of a complete frame."""
         return len(self._buffer)
+
+    @property
+    def receiving(self) -> bool:
+        """Part of a frame (or of its size prefix) has arrived, not all of it."""
+        return self._need >= 0 or bool(self._buffer)
+
+    @property
+    def frame_size(self) -> int | None:
+        """The size of the frame being received, once its prefix has arrived."""
+        return self._need if self._need >= 0 else None
 
 
 @dataclass(frozen=True, slots=True)
