@@ -161,6 +161,35 @@ class ValidList:
         return f"[{', '.join(self.choices)}]"
 
 
+_HOST = re.compile(r"^([A-Za-z0-9][A-Za-z0-9.-]*|\[?[0-9A-Fa-f:.]+\]?)$")
+
+
+def parse_host_counts(name: str, text: str) -> dict[str, int]:
+    """``host:count,host:count`` (``max.connections.per.ip.overrides``): the count of each
+    host or IP address; ConfigException naming ``name`` for an item that is not one."""
+    counts: dict[str, int] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        host, _, count = item.rpartition(":")
+        host = host.strip()
+        if not host or not _HOST.match(host) or not count.strip().isdigit():
+            raise _invalid(name, text, f"{item!r} is not host:count")
+        counts[host.strip("[]")] = int(count)
+    return counts
+
+
+@dataclass(frozen=True, slots=True)
+class HostCounts:
+    """A comma-separated list of ``host:count`` (Kafka's map of connection overrides)."""
+
+    def __call__(self, name: str, value: Any) -> None:
+        parse_host_counts(name, value)
+
+    def __str__(self) -> str:
+        return "host:count,host:count,..."
+
+
 @dataclass(frozen=True, slots=True)
 class ThrottledReplicaList:
     """``[PartitionId]:[BrokerId],...`` or ``*`` (Kafka's ThrottledReplicaListValidator)."""
@@ -202,6 +231,8 @@ _THROTTLED_REPLICA = re.compile(r"^[0-9]+:[0-9]+$")
 _CLASS_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 LONG_MAX = 2**63 - 1
 """Java's ``Long.MAX_VALUE``, Kafka's default for several 'never' settings."""
+INT_MAX = 2**31 - 1
+"""Java's ``Integer.MAX_VALUE``, Kafka's default for the connection limits: no limit."""
 DOUBLE_MAX = sys.float_info.max
 """Java's ``Double.MAX_VALUE``."""
 
@@ -380,7 +411,32 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("socket.receive.buffer.bytes", T.INT, 102400,
               "SO_RCVBUF of accepted sockets; -1 keeps the OS default.", H, RO),
     ConfigDef("connections.max.idle.ms", T.LONG, 600000,
-              "Idle connections are closed after this long.", M, RO),
+              "Idle connections are closed after this long; so is a connection whose request "
+              "frame has not arrived whole this long after its first byte (a trickle of bytes "
+              "does not keep it open).", M, RO),
+    # Connection limits (KIP-402, Kafka's ConnectionQuotas); max.connections and
+    # max.connection.creation.rate also per listener as listener.name.<listener>.<name>
+    ConfigDef("max.connections", T.INT, INT_MAX,
+              "Connections the broker keeps open at once; also per listener as "
+              "listener.name.<listener>.max.connections (unset: this value). A new connection "
+              "past either limit waits (the listener stops accepting) until one closes. The "
+              "inter-broker and control-plane listeners are held only by their own limit when "
+              "there are other listeners: a connection to them past the broker-wide one "
+              "closes the least recently used connection of another listener.",
+              M, CLUSTER, at_least(0)),
+    ConfigDef("max.connections.per.ip", T.INT, INT_MAX,
+              "Connections one client address may keep open; a new one past it is closed at "
+              "once. 0 is allowed only with max.connections.per.ip.overrides.",
+              M, CLUSTER, at_least(0)),
+    ConfigDef("max.connections.per.ip.overrides", T.STRING, "",
+              "Per host or IP address limits instead of max.connections.per.ip, e.g. "
+              "hostName:100,127.0.0.1:200.", M, CLUSTER, HostCounts()),
+    ConfigDef("max.connection.creation.rate", T.INT, INT_MAX,
+              "New connections per second the broker accepts (measured as Kafka measures a "
+              "quota: over 11 one-second samples); also per listener as "
+              "listener.name.<listener>.max.connection.creation.rate (unset: this value). "
+              "Past either the listener delays accepting. The inter-broker and control-plane "
+              "listeners are held only by their own limit.", M, CLUSTER, at_least(0)),
     # Logs; the cluster-wide ones are the broker defaults of topic configs (KIP-226)
     ConfigDef("log.dirs", T.LIST, None,
               "Comma-separated directories holding partition logs. Unset: log.dir.", H, RO),

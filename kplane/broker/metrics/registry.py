@@ -58,7 +58,14 @@ from prometheus_client.utils import floatToGoString
 from kplane.broker.metrics.idle import IdleMeter
 
 __all__ = [
+    "ACCEPTOR_BLOCKED_PERCENT",
+    "BROKER_CONNECTION_ACCEPT_RATE",
+    "CONNECTION_ACCEPT_RATE",
+    "CONNECTION_ACCEPT_THROTTLE_TIME",
+    "CONNECTION_COUNT",
+    "CONNECTION_CREATION_TOTAL",
     "CONTROL_PLANE",
+    "CONTROL_PLANE_ACCEPTOR_BLOCKED_PERCENT",
     "CONTROL_PLANE_EXPIRED_CONNECTIONS_KILLED_COUNT",
     "CONTROL_PLANE_NETWORK_PROCESSOR_AVG_IDLE_PERCENT",
     "CONTROL_PLANE_REQUEST_HANDLER_AVG_IDLE_PERCENT",
@@ -75,6 +82,7 @@ __all__ = [
     "RESPONSE_QUEUE_SIZE",
     "BrokerMetrics",
     "IdleMeter",
+    "known_doc",
     "metric_name",
 ]
 
@@ -154,6 +162,24 @@ CONTROL_PLANE_EXPIRED_CONNECTIONS_KILLED_COUNT = metric_name(
     "network", "SocketServer", "ControlPlaneExpiredConnectionsKilledCount"
 )
 
+# Connections per listener (Kafka's socket-server-metrics, tagged listener) and the
+# connection quotas of KIP-402 (ConnectionQuotas).
+CONNECTION_COUNT = metric_name("server", "socket-server-metrics", "connection-count")
+CONNECTION_CREATION_TOTAL = metric_name(
+    "server", "socket-server-metrics", "connection-creation-total"
+)
+CONNECTION_ACCEPT_RATE = metric_name("server", "socket-server-metrics", "connection-accept-rate")
+BROKER_CONNECTION_ACCEPT_RATE = metric_name(
+    "server", "socket-server-metrics", "broker-connection-accept-rate"
+)
+CONNECTION_ACCEPT_THROTTLE_TIME = metric_name(
+    "server", "socket-server-metrics", "connection-accept-throttle-time"
+)
+ACCEPTOR_BLOCKED_PERCENT = metric_name("network", "Acceptor", "AcceptorBlockedPercent")
+CONTROL_PLANE_ACCEPTOR_BLOCKED_PERCENT = metric_name(
+    "network", "Acceptor", "ControlPlaneAcceptorBlockedPercent"
+)
+
 _KNOWN_DOCS: dict[str, str] = {
     REQUEST_QUEUE_SIZE: "Requests waiting in the data-plane request queue.",
     RESPONSE_QUEUE_SIZE: "Responses waiting in the data-plane response queues.",
@@ -169,7 +195,30 @@ _KNOWN_DOCS: dict[str, str] = {
     CONTROL_PLANE_REQUEST_HANDLER_AVG_IDLE_PERCENT: (
         "Idle fraction (0..1) of the control-plane request handler."
     ),
+    CONNECTION_COUNT: "Open connections of the listener.",
+    CONNECTION_CREATION_TOTAL: "Connections the listener accepted.",
+    CONNECTION_ACCEPT_RATE: "Connections accepted per second on the listener (KIP-402).",
+    BROKER_CONNECTION_ACCEPT_RATE: (
+        "Connections accepted per second on the listeners the broker-wide rate holds (KIP-402)."
+    ),
+    CONNECTION_ACCEPT_THROTTLE_TIME: (
+        "Average delay (ms) of the listener's throttled connections, out of non-zero delays."
+    ),
+    ACCEPTOR_BLOCKED_PERCENT: (
+        "Fraction (0..1) of the last 30 s the listener's Acceptor waited for a connection "
+        "slot or the creation rate."
+    ),
+    CONTROL_PLANE_ACCEPTOR_BLOCKED_PERCENT: (
+        "Fraction (0..1) of the last 30 s the control-plane Acceptor waited for a connection "
+        "slot or the creation rate."
+    ),
 }
+
+
+def known_doc(name: str) -> str:
+    """The help text of one of the metric names above."""
+    return _KNOWN_DOCS[name]
+
 
 _NB = len(MS_BUCKETS) + 1  # buckets per histogram, +Inf last
 _LE = [floatToGoString(b) for b in MS_BUCKETS] + ["+Inf"]

@@ -1,18 +1,33 @@
-"""Acceptor: one thread per listener that accepts sockets and hands them to Processors."""
+"""Acceptor: one thread per listener that accepts sockets and hands them to Processors.
+
+Each accepted socket is counted by ``ConnectionQuotas`` first, which may make the Acceptor
+wait (``max.connections``, the creation rates) or refuse it (``max.connections.per.ip``).
+Out of descriptors or kernel memory, ``accept`` fails and the socket stays in the listen
+backlog: the Acceptor pauses ``ACCEPT_BACKOFF_S`` before trying again instead of spinning,
+and logs the failures once per interval with their count.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import selectors
 import socket
 import threading
 
-import structlog
-
 from kplane.broker.config.endpoint import EndPoint
+from kplane.broker.network.connection_quotas import (
+    AcceptorStopped,
+    ConnectionQuotas,
+    TooManyConnections,
+    client_host,
+)
+from kplane.broker.network.interval_log import IntervalWarning
 from kplane.broker.network.processor import Processor
 
-log = structlog.get_logger(__name__)
+ACCEPT_BACKOFF_S = 1.0
+"""How long an Acceptor pauses when ``accept`` fails for want of a resource."""
+OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 def bind_listener(endpoint: EndPoint, backlog: int = 512) -> socket.socket:
@@ -42,18 +57,23 @@ class Acceptor:
         thread_name: str,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
+        quotas: ConnectionQuotas | None = None,
     ) -> None:
         self.endpoint = endpoint
         self._sock = sock
         self.processors = processors  # replaced whole (never mutated) on a resize
         self._send_buffer_bytes = send_buffer_bytes
         self._receive_buffer_bytes = receive_buffer_bytes
+        self._quotas = quotas
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._selector.register(self._sock, selectors.EVENT_READ)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
-        self._running = True
+        self._stopping = threading.Event()
+        self._accept_failed = IntervalWarning("accept failed")
+        self._refused = IntervalWarning("closing connection: too many connections from its address")
+        self._setup_failed = IntervalWarning("closing connection: socket set-up failed")
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
 
     @property
@@ -65,26 +85,65 @@ class Acceptor:
         """Start accepting."""
         self._thread.start()
 
+    def _running(self) -> bool:
+        return not self._stopping.is_set()
+
     def _run(self) -> None:
-        while self._running:
-            for key, _ in self._selector.select(timeout=1.0):
-                if key.fileobj is self._wake_r:
-                    continue
+        while self._running():
+            ready = self._selector.select(timeout=1.0)
+            out_of_resources = any(key.fileobj is self._sock for key, _ in ready) and (
                 self._accept_all()
+            )
+            for warning in (self._accept_failed, self._refused, self._setup_failed):
+                warning.flush()
+            if out_of_resources:
+                self._stopping.wait(ACCEPT_BACKOFF_S)
         self._selector.close()
 
-    def _accept_all(self) -> None:
-        while self._running:
+    def _accept_all(self) -> bool:
+        """Accept every waiting connection; True when ``accept`` failed for want of a
+        resource (the Acceptor pauses before trying again)."""
+        listener = self.endpoint.listener_name
+        while self._running():
             try:
                 conn, addr = self._sock.accept()
             except BlockingIOError:
-                return
+                return False
             except OSError as exc:
-                log.warning("accept failed", listener=self.endpoint.listener_name, error=str(exc))
+                out_of_resources = exc.errno in OUT_OF_RESOURCES
+                self._accept_failed.record(
+                    listener=listener,
+                    error=str(exc),
+                    paused_ms=int(ACCEPT_BACKOFF_S * 1000) if out_of_resources else 0,
+                )
+                return out_of_resources
+            self._admit(conn, addr)
+        return False
+
+    def _admit(self, conn: socket.socket, addr: tuple[str, int]) -> None:
+        """Count the connection (waiting for a slot), set it up, hand it to a Processor."""
+        listener = self.endpoint.listener_name
+        host = client_host(addr[0])
+        if self._quotas is not None:
+            try:
+                self._quotas.inc(listener, host, self._running)
+            except TooManyConnections as exc:
+                self._refused.record(listener=listener, client_host=host, limit=exc.limit)
+                conn.close()
                 return
+            except AcceptorStopped:
+                conn.close()
+                return
+        try:
             self._configure(conn)
-            processor = min(self.processors, key=lambda p: p.connection_count)
-            processor.accept(conn, addr)
+        except OSError as exc:  # reset before it was set up
+            self._setup_failed.record(listener=listener, client_host=host, error=str(exc))
+            conn.close()
+            if self._quotas is not None:
+                self._quotas.dec(listener, host)
+            return
+        processor = min(self.processors, key=lambda p: p.connection_count)
+        processor.accept(conn, addr)
 
     def _configure(self, conn: socket.socket) -> None:
         conn.setblocking(False)
@@ -95,10 +154,13 @@ class Acceptor:
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._receive_buffer_bytes)
 
     def shutdown(self) -> None:
-        """Stop accepting and close the listening socket."""
-        self._running = False
+        """Stop accepting (a wait for a connection slot too) and close the listening
+        socket."""
+        self._stopping.set()
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
+        if self._quotas is not None:
+            self._quotas.wake()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         self._sock.close()

@@ -9,6 +9,7 @@ the responses handlers hand back, and pauses reading when it asks.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import itertools
@@ -24,7 +25,9 @@ import structlog
 import uvloop
 
 from kplane.broker.config.endpoint import EndPoint
-from kplane.broker.network.memory_pool import MemoryPool
+from kplane.broker.network.connection_quotas import ConnectionQuotas, client_host
+from kplane.broker.network.interval_log import IntervalWarning
+from kplane.broker.network.memory_pool import FrameMemory, MemoryPool
 from kplane.broker.network.plane_priority import ControlPlanePriority
 from kplane.broker.network.region_writer import RegionWriter
 from kplane.broker.network.request_channel import Request, RequestChannel, Response
@@ -58,16 +61,20 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = peer
         self.transport: asyncio.Transport | None = None
         pool = processor.memory_pool
+        self.memory = FrameMemory(pool) if pool is not None else None
         sasl = processor.endpoint.security_protocol in SASL_PROTOCOLS
         self.connection = ServerConnection(
             processor.max_request_size,
             processor.is_known_api,
-            allocate=pool.try_allocate if pool is not None else None,
+            allocate=self.memory.allocate if self.memory is not None else None,
+            frame_complete=self.memory.frame_complete if self.memory is not None else None,
             pre_auth_apis=PRE_AUTH_APIS if sasl else None,
             pre_auth_max_size=processor.sasl_max_receive_size,
         )
         self.in_flight: Request | None = None
         self.last_active = time.monotonic()
+        self.frame_since: float | None = None  # when the unfinished frame began to arrive
+        self._frame: int | None = None  # which frame that is
         self.closing = False
         self.principal = ANONYMOUS
         self.session = SaslSession() if sasl else None
@@ -107,11 +114,22 @@ class KafkaConnection(asyncio.Protocol):
         self.processor.busy_ns += time.monotonic_ns() - started
 
     def _received(self) -> None:
-        """Act on what came in; when the memory pool refused the next frame, wait for room."""
-        pool = self.processor.memory_pool
-        if pool is not None and self.connection.awaiting_memory:
-            pool.wait(self._memory_released)
+        """Act on what came in; when the memory pool refused the frame's bytes, wait for
+        room."""
+        self._track_frame()
+        if self.memory is not None and self.connection.awaiting_memory:
+            self.memory.wait(self._memory_released)
         self.dispatch()
+
+    def _track_frame(self, restart: bool = False) -> None:
+        """Start the clock of a frame that has begun to arrive (``restart``: again, for
+        one the connection did not read while a request was in flight)."""
+        frame = self.connection.unfinished_frame
+        if frame is None:
+            self.frame_since = None
+        elif restart or frame != self._frame or self.frame_since is None:
+            self.frame_since = time.monotonic()
+        self._frame = frame
 
     def _memory_released(self) -> None:
         """Called from whichever thread released memory: retry on this loop."""
@@ -258,6 +276,16 @@ class KafkaConnection(asyncio.Protocol):
         self.paced = None
         self._sent(response)
 
+    def frame_overdue(self, deadline: float) -> bool:
+        """A frame began to arrive before ``deadline`` and is still not whole, while the
+        connection was reading (no request in flight)."""
+        return (
+            self.frame_since is not None
+            and self.frame_since < deadline
+            and self.in_flight is None
+            and not self.closing
+        )
+
     def idle_since(self) -> float:
         """Since when nothing moved on this connection (monotonic seconds): never while a
         handler holds its request, but a response the client stopped reading counts."""
@@ -307,6 +335,7 @@ class KafkaConnection(asyncio.Protocol):
         self.last_active = time.monotonic()
         self.in_flight = None
         self.connection.response_sent()
+        self._track_frame(restart=True)
         if response.close_connection:
             self.close()
             return
@@ -360,9 +389,11 @@ class Processor:
         priority: ControlPlanePriority | None = None,
         memory_pool: MemoryPool | None = None,
         sasl_max_receive_size: int = 524288,
+        quotas: ConnectionQuotas | None = None,
     ) -> None:
         self.id = processor_id
         self.memory_pool = memory_pool
+        self.quotas = quotas
         self.sasl_max_receive_size = sasl_max_receive_size
         self.tls = tls
         # The control plane's Processor announces its requests; data-plane ones yield to them.
@@ -377,8 +408,17 @@ class Processor:
         self._on_response_sent = on_response_sent
         self._on_idle = on_idle
         self.connections: dict[str, KafkaConnection] = {}
+        self._arriving: collections.deque[tuple[socket.socket, tuple[str, int]]]
+        self._arriving = collections.deque()  # accepted, not yet registered on the loop
+        self._closed = False  # the loop ended: nothing more is registered
         self._count = 0
         self._count_lock = threading.Lock()
+        self._frame_overdue = IntervalWarning(
+            "closing connection: request frame not completed within connections.max.idle.ms"
+        )
+        self._over_limit = IntervalWarning(
+            "closing connection: broker-wide max.connections exceeded"
+        )
         self._index = itertools.count()
         self.busy_ns = 0
         self.idle_connections_killed = 0
@@ -411,8 +451,21 @@ class Processor:
         try:
             self.loop.run_forever()
         finally:
+            self._release_all()
             self.loop.close()
             self._stopped.set()
+
+    def _release_all(self) -> None:
+        """The loop ended: the connections it did not forget, and those accepted but not
+        registered, give their slots back."""
+        with self._count_lock:
+            self._closed = True
+            arriving, self._arriving = list(self._arriving), collections.deque()
+        for conn in list(self.connections.values()):
+            self.forget(conn)
+        for sock, addr in arriving:
+            sock.close()
+            self._release_slot(addr[0])
 
     def _tick(self, last_ns: int) -> None:
         now_ns = time.monotonic_ns()
@@ -421,9 +474,15 @@ class Processor:
             self._on_idle(max(0, elapsed - self.busy_ns), elapsed)
         self.busy_ns = 0
         self._close_idle_connections()
+        self._close_excess_connection()
+        self._frame_overdue.flush()
+        self._over_limit.flush()
         self.loop.call_later(1.0, self._tick, now_ns)
 
     def _close_idle_connections(self) -> None:
+        """Close connections idle for ``connections.max.idle.ms``, and those whose request
+        frame has not arrived whole that long after its first byte (a trickle keeps a
+        connection from being idle, not its frame from being late)."""
         if self.connections_max_idle_ms <= 0:
             return
         deadline = time.monotonic() - self.connections_max_idle_ms / 1000.0
@@ -432,12 +491,56 @@ class Processor:
                 log.debug("closing idle connection", connection=conn.connection_id)
                 self.idle_connections_killed += 1
                 conn.close(abort=True)
+            elif conn.frame_overdue(deadline):
+                received, size = conn.connection.frame_progress
+                self._frame_overdue.record(
+                    connection=conn.connection_id,
+                    listener=self.endpoint.listener_name,
+                    received=received,
+                    size=size,
+                    limit_ms=self.connections_max_idle_ms,
+                )
+                self.idle_connections_killed += 1
+                conn.close(abort=True)
+
+    def _close_excess_connection(self) -> None:
+        """Kafka's closeExcessConnections: past ``max.connections`` because an exempt
+        listener took a connection, close this thread's least recently used one."""
+        listener = self.endpoint.listener_name
+        if self.quotas is None or not self.quotas.max_connections_exceeded(listener):
+            return
+        open_ = [c for c in self.connections.values() if not c.closing]
+        if open_:
+            conn = min(open_, key=lambda c: c.last_active)
+            self._over_limit.record(connection=conn.connection_id, listener=listener)
+            conn.close()
 
     def accept(self, sock: socket.socket, addr: tuple[str, int]) -> None:
-        """Adopt an accepted socket (called from the Acceptor thread)."""
+        """Adopt an accepted socket (called from the Acceptor thread); the Processor now
+        owns its connection slot."""
         with self._count_lock:
-            self._count += 1
-        self.loop.call_soon_threadsafe(self._register, sock, addr)
+            closed = self._closed
+            if not closed:
+                self._count += 1
+                self._arriving.append((sock, addr))
+        if closed:
+            sock.close()
+            self._release_slot(addr[0])
+            return
+        with contextlib.suppress(RuntimeError):  # stopping: _release_all has it
+            self.loop.call_soon_threadsafe(self._register_arriving)
+
+    def _register_arriving(self) -> None:
+        while True:
+            with self._count_lock:
+                if not self._arriving:
+                    return
+                sock, addr = self._arriving.popleft()
+            self._register(sock, addr)
+
+    def _release_slot(self, host: str) -> None:
+        if self.quotas is not None:
+            self.quotas.dec(self.endpoint.listener_name, client_host(host))
 
     def _register(self, sock: socket.socket, addr: tuple[str, int]) -> None:
         local = sock.getsockname()
@@ -465,10 +568,11 @@ class Processor:
         self.loop.create_task(adopt())
 
     def forget(self, conn: KafkaConnection) -> None:
-        """Drop a closed connection."""
+        """Drop a closed connection and give its slot back."""
         if self.connections.pop(conn.connection_id, None) is not None:
             with self._count_lock:
                 self._count -= 1
+            self._release_slot(conn.peer[0])
 
     def enqueue_response(self, response: Response) -> None:
         """Hand a response to this Processor (thread-safe)."""

@@ -12,6 +12,7 @@ import structlog
 
 from kplane.broker.config.endpoint import EndPoint
 from kplane.broker.network.acceptor import Acceptor, bind_listener
+from kplane.broker.network.connection_quotas import ConnectionQuotas
 from kplane.broker.network.memory_pool import MemoryPool
 from kplane.broker.network.plane import Plane
 from kplane.broker.network.plane_priority import ControlPlanePriority
@@ -62,8 +63,10 @@ class SocketServer:
         idle_observer: Callable[[int, str, Plane], IdleObserver] | None = None,
         tls: Mapping[str, ServerTls] | None = None,
         priority: ControlPlanePriority | None = None,
+        quotas: ConnectionQuotas | None = None,
     ) -> None:
         self._tls = dict(tls or {})
+        self.quotas = quotas
         self._priority = priority
         self.listeners = listeners
         self.control_plane_listener_name = control_plane_listener_name
@@ -112,6 +115,8 @@ class SocketServer:
     def _add(self, endpoint: EndPoint, sock: socket.socket) -> None:
         channel = self.channel_of(endpoint.listener_name)
         count = 1 if channel.plane.is_control else self.config.num_network_threads
+        if self.quotas is not None:
+            self.quotas.add_listener(endpoint.listener_name)
         pool = [self._new_processor(endpoint, channel) for _ in range(count)]
         self.processors[endpoint.listener_name] = pool
         acceptor = Acceptor(
@@ -123,6 +128,7 @@ class SocketServer:
             ),
             self.config.socket_send_buffer_bytes,
             self.config.socket_receive_buffer_bytes,
+            self.quotas,
         )
         self.acceptors[endpoint.listener_name] = acceptor
         self.bound[endpoint.listener_name] = dataclasses.replace(endpoint, port=acceptor.bound_port)
@@ -152,6 +158,8 @@ class SocketServer:
         acceptor.shutdown()
         for processor in self.processors.pop(name):
             self._stop_processor(processor)
+        if self.quotas is not None:
+            self.quotas.remove_listener(name)
         self.bound.pop(name, None)
         self._tls.pop(name, None)
 
@@ -218,6 +226,7 @@ class SocketServer:
             self._priority,
             None if channel.plane.is_control else self.memory_pool,
             self.config.sasl_server_max_receive_size,
+            self.quotas,
         )
         channel.processors.append(processor)
         return processor

@@ -35,6 +35,7 @@ from kplane.broker.metrics import (
 )
 from kplane.broker.metrics.reporters import DynamicMetricsReporters
 from kplane.broker.network.broker_channels import BrokerChannelManager
+from kplane.broker.network.connection_quotas import ConnectionQuotas
 from kplane.broker.network.plane import Plane, planes
 from kplane.broker.network.plane_priority import ControlPlanePriority
 from kplane.broker.network.request_channel import RequestChannel
@@ -368,6 +369,7 @@ class KafkaServer:
         if self.priority is not None:
             self.lifecycle.on_shutdown("release control-plane priority", self.priority.close)
         observer = RequestMetricsObserver(self.metrics)
+        self.connection_quotas = ConnectionQuotas(config, self.metrics)
         self.socket_server = SocketServer(
             config.listeners,
             config.control_plane_listener_name,
@@ -387,6 +389,7 @@ class KafkaServer:
             self._processor_idle_meter,
             self.tls,
             self.priority,
+            self.connection_quotas,
         )
         self.handler_pool = self._handler_pool(self.data_channel)
         self.control_handler_pool = (
@@ -518,6 +521,7 @@ class KafkaServer:
         assert self.socket_server is not None
         dynamic = self.dynamic
         proposed = ProposedListenerSecurity(self.scram_credentials)
+        dynamic.add_reconfigurable(self.connection_quotas)
         dynamic.add_reconfigurable(
             DynamicThreadPool(
                 config,
