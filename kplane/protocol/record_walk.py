@@ -26,6 +26,7 @@ from functools import cache
 
 from kplane.protocol.errors import ErrorCode
 from kplane.protocol.records import InvalidRecordError
+from kplane.protocol.varint import VarintError, read_unsigned_varint
 
 __all__ = ("walk_records",)
 
@@ -49,7 +50,7 @@ def _nullable_bytes(data: bytes, p: int, index: int, what: str, marks: list[int]
     raw = data[p]
     p += 1
     if raw >= 0x80:
-        raw, p = _varint(data, p - 1, 32, index)
+        raw, p = read_unsigned_varint(data, p - 1, 32)
     marks.append(p)
     if raw & 1 and raw != 1:
         raise _refuse(index, f"invalid {what} length {(raw >> 1) ^ -1}")
@@ -61,37 +62,21 @@ def _refuse(index: int, message: str) -> InvalidRecordError:
     return InvalidRecordError(ErrorCode.invalid_record, text, ((index, text),))
 
 
-def _varint(data: bytes, pos: int, bits: int, index: int) -> tuple[int, int]:
-    """The unsigned varint of at most ``bits`` bits at ``pos``: (raw value, next position).
-    IndexError when it runs off ``data``."""
-    raw = 0
-    shift = 0
-    while shift < bits:
-        byte = data[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            if raw >> bits:
-                raise _refuse(index, f"varint out of int{bits} range")
-            return raw, pos
-        shift += 7
-    raise _refuse(index, f"varint longer than {(bits + 6) // 7} bytes")
-
-
 def _parse(data: bytes, pos: int, end: int, index: int) -> tuple[list[int], int]:
     """Check one record at ``pos``; return its field marks and its timestamp delta.
 
     The marks are where the length, attributes, timestamp delta, offset delta, key length,
     key, value length, value and header count start, then per header where its key
     length, key, value length and value start, then the record's end. Varints are read
-    inline when one byte long (the common case); a field running past the record's end
+    inline when one byte long (the common case), else by
+    :func:`protocol.varint.read_unsigned_varint`; a field running past the record's end
     leaves the position past it for good, which the final size check catches.
     """
     try:
         raw = data[pos]
         p = pos + 1
         if raw >= 0x80:
-            raw, p = _varint(data, pos, 32, index)
+            raw, p = read_unsigned_varint(data, pos, 32)
         length = (raw >> 1) ^ -(raw & 1)
         body = p
         stop = body + length
@@ -106,12 +91,12 @@ def _parse(data: bytes, pos: int, end: int, index: int) -> tuple[list[int], int]
         raw = data[ts_at]
         od_at = ts_at + 1
         if raw >= 0x80:
-            raw, od_at = _varint(data, ts_at, 64, index)
+            raw, od_at = read_unsigned_varint(data, ts_at, 64)
         ts_delta = (raw >> 1) ^ -(raw & 1)
         raw = data[od_at]
         key_at = od_at + 1
         if raw >= 0x80:
-            raw, key_at = _varint(data, od_at, 32, index)
+            raw, key_at = read_unsigned_varint(data, od_at, 32)
         if raw != index << 1:
             raise _refuse(index, f"offset delta {(raw >> 1) ^ -(raw & 1)}, expected {index}")
         marks = [pos, body, ts_at, od_at, key_at]
@@ -122,7 +107,7 @@ def _parse(data: bytes, pos: int, end: int, index: int) -> tuple[list[int], int]
         raw = data[p]
         p += 1
         if raw >= 0x80:
-            raw, p = _varint(data, p - 1, 32, index)
+            raw, p = read_unsigned_varint(data, p - 1, 32)
         count = (raw >> 1) ^ -(raw & 1)
         if count < 0 or count > stop - p:
             raise _refuse(index, f"invalid header count {count}")
@@ -131,7 +116,7 @@ def _parse(data: bytes, pos: int, end: int, index: int) -> tuple[list[int], int]
             raw = data[p]
             p += 1
             if raw >= 0x80:
-                raw, p = _varint(data, p - 1, 32, index)
+                raw, p = read_unsigned_varint(data, p - 1, 32)
             key = p
             p += raw >> 1
             if raw & 1 or p > stop:
@@ -144,6 +129,8 @@ def _parse(data: bytes, pos: int, end: int, index: int) -> tuple[list[int], int]
             p = _nullable_bytes(data, p, index, "header value", marks)
     except IndexError:
         raise _refuse(index, "record runs past the end of the batch") from None
+    except VarintError as exc:
+        raise _refuse(index, str(exc)) from None
     if p != stop:
         raise _refuse(
             index, f"invalid record size: {length} bytes announced, fields use {p - body}"

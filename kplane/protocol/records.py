@@ -11,8 +11,10 @@ headers, and the batches are stored and served as bytes.
 
 :func:`build_batch`, :func:`iter_records` and :func:`iter_all_records` encode
 and decode individual records; they are meant for kplane's own client and for
-tests. :func:`encode_batch` writes decoded records back as a batch with every
-header field given (log compaction rebuilds a stored batch with it).
+tests. :func:`record_keys` reads only the records' keys, on the same walk as the
+decoder, and :func:`encode_batch` writes decoded records back as a batch with every
+header field given: log compaction builds its offset map and rebuilds a stored batch
+with them.
 :func:`build_control_batch` writes a transaction marker and :func:`end_txn_marker`
 reads one back.
 
@@ -59,6 +61,7 @@ from kplane.protocol.compression import (
     decompress,
 )
 from kplane.protocol.errors import ErrorCode
+from kplane.protocol.varint import VarintError, read_unsigned_varint
 
 __all__ = (
     "BATCH_HEADER_SIZE",
@@ -73,6 +76,7 @@ __all__ = (
     "Buffer",
     "EndTxnMarker",
     "InvalidRecordError",
+    "KeyEntry",
     "Record",
     "build_batch",
     "build_control_batch",
@@ -83,6 +87,7 @@ __all__ = (
     "number_batches",
     "parse_end_txn_marker",
     "read_partial_batches",
+    "record_keys",
     "scan_batches",
     "served_prefix",
 )
@@ -120,7 +125,7 @@ _TRANSACTIONAL_MASK = 0x10
 _CONTROL_MASK = 0x20
 _DELETE_HORIZON_MASK = 0x40
 
-_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_INT32_MAX = (1 << 31) - 1
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -236,7 +241,7 @@ class Record:
 
 
 # ---------------------------------------------------------------------------
-# Zigzag varints (private)
+# Zigzag varints (private; read with protocol.varint)
 # ---------------------------------------------------------------------------
 
 
@@ -248,13 +253,6 @@ def _write_unsigned_varint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
-def _write_varint(out: bytearray, value: int) -> None:
-    """Append a signed 32-bit ``value`` zigzag-encoded."""
-    if not _INT32_MIN <= value <= _INT32_MAX:
-        raise ValueError(f"varint out of int32 range: {value}")
-    _write_unsigned_varint(out, (value << 1) ^ (value >> 31))
-
-
 def _write_varlong(out: bytearray, value: int) -> None:
     """Append a signed 64-bit ``value`` zigzag-encoded."""
     if not _INT64_MIN <= value <= _INT64_MAX:
@@ -262,44 +260,21 @@ def _write_varlong(out: bytearray, value: int) -> None:
     _write_unsigned_varint(out, (value << 1) ^ (value >> 63))
 
 
-def _read_unsigned_varint(data: bytes, pos: int, limit: int, max_bytes: int) -> tuple[int, int]:
-    """Read an unsigned varint of at most ``max_bytes`` from ``data[pos:limit]``."""
-    result = 0
-    shift = 0
-    for _ in range(max_bytes):
-        if pos >= limit:
-            raise InvalidRecordError(
-                ErrorCode.corrupt_message, f"truncated varint at record byte {pos}"
-            )
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-    raise InvalidRecordError(
-        ErrorCode.corrupt_message, f"varint longer than {max_bytes} bytes at record byte {pos}"
-    )
-
-
-def _read_varint(data: bytes, pos: int, limit: int) -> tuple[int, int]:
-    """Read a zigzag varint (int32); returns (value, new position)."""
-    raw, new_pos = _read_unsigned_varint(data, pos, limit, 5)
-    if raw >> 32:
+def _read_varint(data: bytes, pos: int, limit: int, bits: int = 32) -> tuple[int, int]:
+    """The zigzag varint of a record field ending by ``limit`` (an int32; an int64 with
+    ``bits=64``): (value, next position). CORRUPT_MESSAGE when it runs past ``limit``, is
+    too long or out of range."""
+    try:
+        raw, next_pos = read_unsigned_varint(data, pos, bits)
+        if next_pos > limit:
+            raise IndexError  # past the record: truncated, as off the end of the data
+    except IndexError:
         raise InvalidRecordError(
-            ErrorCode.corrupt_message, f"varint overflows int32 at record byte {pos}"
-        )
-    return (raw >> 1) ^ -(raw & 1), new_pos
-
-
-def _read_varlong(data: bytes, pos: int, limit: int) -> tuple[int, int]:
-    """Read a zigzag varlong (int64); returns (value, new position)."""
-    raw, new_pos = _read_unsigned_varint(data, pos, limit, 10)
-    if raw >> 64:
-        raise InvalidRecordError(
-            ErrorCode.corrupt_message, f"varlong overflows int64 at record byte {pos}"
-        )
-    return (raw >> 1) ^ -(raw & 1), new_pos
+            ErrorCode.corrupt_message, f"truncated varint at record byte {pos}"
+        ) from None
+    except VarintError as exc:
+        raise InvalidRecordError(ErrorCode.corrupt_message, f"{exc} at record byte {pos}") from None
+    return (raw >> 1) ^ -(raw & 1), next_pos
 
 
 # ---------------------------------------------------------------------------
@@ -523,15 +498,6 @@ def served_prefix(batch: BatchHeader) -> bytes:
 # ---------------------------------------------------------------------------
 
 
-def _write_nullable_bytes(out: bytearray, data: bytes | None) -> None:
-    """Append a varint length (-1 for null) followed by ``data``."""
-    if data is None:
-        _write_varint(out, -1)
-    else:
-        _write_varint(out, len(data))
-        out += data
-
-
 def _zigzag_bytes(value: int) -> bytes:
     """A signed 64-bit ``value`` as a zigzag varint."""
     out = bytearray()
@@ -749,24 +715,114 @@ def _seal_batch(
 
 
 # ---------------------------------------------------------------------------
-# Decoding (client and tests; never the broker hot path)
+# Decoding (client, tests, log compaction; never the broker hot path)
 # ---------------------------------------------------------------------------
+
+
+def _nullable_bytes(
+    data: bytes, pos: int, limit: int, length: int, what: str
+) -> tuple[bytes | None, int]:
+    """The ``length`` bytes (-1: null) at ``pos`` of a record ending at ``limit``, and the
+    position after them."""
+    if length == -1:
+        return None, pos
+    end = pos + length
+    if length < 0 or end > limit:
+        raise _bad_bytes_length(length, what)
+    return data[pos:end], end
 
 
 def _read_nullable_bytes(data: bytes, pos: int, limit: int, what: str) -> tuple[bytes | None, int]:
     """Read a varint length (-1 for null) followed by that many bytes."""
     length, pos = _read_varint(data, pos, limit)
-    if length == -1:
-        return None, pos
+    return _nullable_bytes(data, pos, limit, length, what)
+
+
+def _bad_bytes_length(length: int, what: str) -> InvalidRecordError:
+    """A length below -1 (INVALID_RECORD), or one past the end of the record (CORRUPT)."""
     if length < 0:
-        raise InvalidRecordError(ErrorCode.invalid_record, f"invalid {what} length {length}")
-    end = pos + length
-    if end > limit:
-        raise InvalidRecordError(
-            ErrorCode.corrupt_message,
-            f"{what} of {length} bytes runs past the end of its record",
-        )
-    return data[pos:end], end
+        return InvalidRecordError(ErrorCode.invalid_record, f"invalid {what} length {length}")
+    return InvalidRecordError(
+        ErrorCode.corrupt_message, f"{what} of {length} bytes runs past the end of its record"
+    )
+
+
+RecordHead = tuple[int, int, bytes | None, int, int, int]
+"""What :func:`_read_record_head` reads of a record: where its timestamp delta starts,
+its offset delta, key and value length, where its value starts, and where it ends."""
+
+
+def _read_record_head(
+    data: bytes, pos: int, end: int, header: BatchHeader, index: int
+) -> RecordHead:
+    """Read record ``index`` of the batch ``header``, at ``pos`` of its record bytes
+    ``data`` (which end at ``end``), up to its value.
+
+    The one record walk under :func:`iter_records` and :func:`record_keys` (Kafka's
+    ``DefaultRecord.readPartiallyFrom``): varints read by
+    :func:`protocol.varint.read_unsigned_varint` (a one-byte offset delta or key length
+    inline), the timestamp delta only skipped (the key walk needs none), the fields
+    checked to lie inside the record once, at its value."""
+    try:
+        raw, pos = read_unsigned_varint(data, pos, 32)
+        length = (raw >> 1) ^ -(raw & 1)
+        record_end = pos + length
+        if length <= 0 or record_end > end:
+            raise _bad_record_length(header, index, length, end - pos)
+        timestamp_at = pos = pos + 1  # after the attributes (unused)
+        while pos < record_end and data[pos] >= 0x80:  # to the timestamp's last byte
+            pos += 1
+        raw = data[pos + 1]  # the offset delta's first byte
+        pos += 2
+        if raw >= 0x80:
+            raw, pos = read_unsigned_varint(data, pos - 1, 32)
+        offset_delta = (raw >> 1) ^ -(raw & 1)
+        raw = data[pos]
+        pos += 1
+        if raw >= 0x80:
+            raw, pos = read_unsigned_varint(data, pos - 1, 32)
+        key = None
+        if raw != 1:  # the zigzag of -1: a null key
+            key_end = pos + (raw >> 1)
+            if raw & 1 or key_end > record_end:
+                raise _bad_bytes_length((raw >> 1) ^ -(raw & 1), "key")
+            key = data[pos:key_end]
+            pos = key_end
+        raw, pos = read_unsigned_varint(data, pos, 32)
+    except (IndexError, VarintError) as exc:
+        reason = str(exc) if isinstance(exc, VarintError) else "truncated varint"
+        raise _bad_record(header, index, reason) from None
+    if pos > record_end:
+        raise _bad_record(header, index, "truncated varint")
+    return timestamp_at, offset_delta, key, (raw >> 1) ^ -(raw & 1), pos, record_end
+
+
+def _bad_record(header: BatchHeader, index: int, reason: str) -> InvalidRecordError:
+    return InvalidRecordError(
+        ErrorCode.corrupt_message, f"record {index} in batch at byte {header.position}: {reason}"
+    )
+
+
+def _bad_record_length(
+    header: BatchHeader, index: int, length: int, left: int
+) -> InvalidRecordError:
+    """Why a record's length is refused: negative, zero, or past the record bytes."""
+    where = f"record {index} in batch at byte {header.position}"
+    if length < 0:
+        return InvalidRecordError(ErrorCode.invalid_record, f"{where} has negative length {length}")
+    if length == 0:
+        return InvalidRecordError(ErrorCode.invalid_record, f"{where} is empty")
+    return InvalidRecordError(
+        ErrorCode.corrupt_message, f"{where} is truncated: length {length}, {left} bytes left"
+    )
+
+
+def _bytes_left_over(header: BatchHeader, left: int) -> InvalidRecordError:
+    return InvalidRecordError(
+        ErrorCode.invalid_record,
+        f"batch at byte {header.position}: {left} bytes left over after "
+        f"{header.record_count} records",
+    )
 
 
 def _decode_records(data: bytes, header: BatchHeader) -> Iterator[Record]:
@@ -775,26 +831,11 @@ def _decode_records(data: bytes, header: BatchHeader) -> Iterator[Record]:
     pos = 0
     end = len(data)
     for index in range(header.record_count):
-        length, pos = _read_varint(data, pos, end)
-        if length < 0:
-            raise InvalidRecordError(
-                ErrorCode.invalid_record, f"record {index} in {where} has negative length {length}"
-            )
-        record_end = pos + length
-        if record_end > end:
-            raise InvalidRecordError(
-                ErrorCode.corrupt_message,
-                f"record {index} in {where} is truncated: length {length}, {end - pos} bytes left",
-            )
-        if pos >= record_end:
-            raise InvalidRecordError(
-                ErrorCode.invalid_record, f"record {index} in {where} is empty"
-            )
-        pos += 1  # record attributes (unused)
-        timestamp_delta, pos = _read_varlong(data, pos, record_end)
-        offset_delta, pos = _read_varint(data, pos, record_end)
-        key, pos = _read_nullable_bytes(data, pos, record_end, "key")
-        value, pos = _read_nullable_bytes(data, pos, record_end, "value")
+        timestamp_at, offset_delta, key, value_length, pos, record_end = _read_record_head(
+            data, pos, end, header, index
+        )
+        timestamp_delta, _ = _read_varint(data, timestamp_at, record_end, 64)
+        value, pos = _nullable_bytes(data, pos, record_end, value_length, "value")
         header_count, pos = _read_varint(data, pos, record_end)
         if header_count < 0:
             raise InvalidRecordError(
@@ -820,8 +861,8 @@ def _decode_records(data: bytes, header: BatchHeader) -> Iterator[Record]:
         if pos != record_end:
             raise InvalidRecordError(
                 ErrorCode.invalid_record,
-                f"record {index} in {where}: length says {length} bytes, "
-                f"fields used {length - (record_end - pos)}",
+                f"record {index} in {where}: fields end {record_end - pos} bytes before "
+                "the record's length says",
             )
         timestamp = (
             header.max_timestamp
@@ -836,18 +877,43 @@ def _decode_records(data: bytes, header: BatchHeader) -> Iterator[Record]:
             offset=header.base_offset + offset_delta,
         )
     if pos != end:
-        raise InvalidRecordError(
-            ErrorCode.invalid_record,
-            f"{where}: {end - pos} bytes left over after {header.record_count} records",
+        raise _bytes_left_over(header, end - pos)
+
+
+KeyEntry = tuple[int, bytes | None, bool]
+"""A record's offset, key and whether it has a value (False: a tombstone)."""
+
+
+def record_keys(header: BatchHeader, batch: Buffer) -> list[KeyEntry]:
+    """(offset, key, has value) of each record of one whole stored ``batch`` whose header
+    is ``header``, read as :func:`iter_records` reads them but without values and headers:
+    log compaction builds its offset map from them, as Kafka's cleaner reads only keys.
+    A compressed batch is inflated once its CRC is checked."""
+    if header.attributes & _COMPRESSION_MASK:  # its CRC checked before it is inflated
+        with _byte_view(batch) as view:
+            _parse_batch_header(view, 0, verify_crc=True, allow_truncated=False)
+        data, pos = _record_bytes(batch, header), 0
+    else:  # walked in a copy of the whole batch, cheaper than one of a slice of it
+        data, pos = bytes(batch), BATCH_HEADER_SIZE
+    base = header.base_offset
+    end = len(data)
+    entries: list[KeyEntry] = []
+    for index in range(header.record_count):
+        _, offset_delta, key, value_length, _, pos = _read_record_head(
+            data, pos, end, header, index
         )
+        entries.append((base + offset_delta, key, value_length >= 0))
+    if pos != end:
+        raise _bytes_left_over(header, end - pos)
+    return entries
 
 
-def _record_bytes(view: memoryview, header: BatchHeader) -> bytes:
-    """The batch's record bytes, decompressed."""
-    raw = bytes(view[header.position + BATCH_HEADER_SIZE : header.position + header.size])
-    if header.compression == COMPRESSION_NONE:
-        return raw
-    return inflate(header, raw)
+def _record_bytes(batch: Buffer, header: BatchHeader) -> bytes:
+    """The record bytes of ``batch`` (one whole batch), decompressed."""
+    raw = bytes(batch[BATCH_HEADER_SIZE : header.size])
+    if header.attributes & _COMPRESSION_MASK:
+        return inflate(header, raw)
+    return raw
 
 
 def inflate(header: BatchHeader, raw: bytes, limit: int = MAX_DECOMPRESSED_BYTES) -> bytes:

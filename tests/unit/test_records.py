@@ -19,14 +19,14 @@ from kplane.protocol.records import (
     InvalidRecordError,
     Record,
     _read_varint,
-    _read_varlong,
-    _write_varint,
     _write_varlong,
     build_batch,
+    encode_batch,
     iter_all_records,
     iter_records,
     number_batches,
     read_partial_batches,
+    record_keys,
     scan_batches,
     served_prefix,
 )
@@ -89,7 +89,7 @@ def _code(exc: pytest.ExceptionInfo[InvalidRecordError]) -> ErrorCode:
 @given(st.integers(min_value=-(2**31), max_value=2**31 - 1))
 def test_varint_round_trip(value: int) -> None:
     out = bytearray()
-    _write_varint(out, value)
+    _write_varlong(out, value)
     assert len(out) <= 5
     assert _read_varint(bytes(out), 0, len(out)) == (value, len(out))
 
@@ -99,7 +99,7 @@ def test_varlong_round_trip(value: int) -> None:
     out = bytearray()
     _write_varlong(out, value)
     assert len(out) <= 10
-    assert _read_varlong(bytes(out), 0, len(out)) == (value, len(out))
+    assert _read_varint(bytes(out), 0, len(out), 64) == (value, len(out))
 
 
 def test_varint_zigzag_known_encodings() -> None:
@@ -111,22 +111,31 @@ def test_varint_zigzag_known_encodings() -> None:
         (64, b"\x80\x01"),
     ]:
         out = bytearray()
-        _write_varint(out, value)
+        _write_varlong(out, value)
         assert bytes(out) == encoded
 
 
-def test_varint_errors() -> None:
-    with pytest.raises(ValueError):
-        _write_varint(bytearray(), 2**31)
+@pytest.mark.parametrize(
+    ("data", "limit", "bits", "reason"),
+    [
+        (b"\xff\xff\xff\xff\xff\x01", 6, 32, "varint longer than 5 bytes"),
+        (b"\xff" * 10 + b"\x01", 11, 64, "varint longer than 10 bytes"),
+        (b"\x80", 1, 32, "truncated varint"),
+        (b"\x80\x01", 1, 32, "truncated varint"),  # runs past its record
+        (b"\xff\xff\xff\xff\x7f", 5, 32, "varint out of int32 range"),
+        (b"\xff" * 9 + b"\x7f", 10, 64, "varint out of int64 range"),
+    ],
+)
+def test_varint_errors(data: bytes, limit: int, bits: int, reason: str) -> None:
+    with pytest.raises(InvalidRecordError) as exc:
+        _read_varint(data, 0, limit, bits)
+    assert _code(exc) == ErrorCode.corrupt_message
+    assert exc.value.message == f"{reason} at record byte 0"
+
+
+def test_varlong_writer_refuses_what_is_out_of_range() -> None:
     with pytest.raises(ValueError):
         _write_varlong(bytearray(), -(2**63) - 1)
-    with pytest.raises(InvalidRecordError) as exc:
-        _read_varint(b"\xff\xff\xff\xff\xff\x01", 0, 6)  # longer than 5 bytes
-    assert _code(exc) == ErrorCode.corrupt_message
-    with pytest.raises(InvalidRecordError):
-        _read_varint(b"\x80", 0, 1)  # truncated
-    with pytest.raises(InvalidRecordError):
-        _read_varint(b"\xff\xff\xff\xff\x7f", 0, 5)  # > 32 bits
 
 
 # --------------------------------------------------------------------------- round trips
@@ -159,6 +168,7 @@ def test_round_trip(records: list[Record], base_offset: int, compression: int) -
     assert _payload_fields(decoded) == _payload_fields(records)
     assert [r.offset for r in decoded] == list(range(base_offset, base_offset + len(records)))
     assert list(iter_all_records(batch)) == decoded
+    assert record_keys(header, batch) == [(r.offset, r.key, r.value is not None) for r in decoded]
 
 
 def test_header_fields_and_properties() -> None:
@@ -408,6 +418,32 @@ def test_mutated_records_only_raise_invalid_record_error(data: st.DataObject) ->
     _fix_crc(batch)
     with contextlib.suppress(InvalidRecordError):
         list(iter_records(batch))
+    with contextlib.suppress(InvalidRecordError):
+        record_keys(scan_batches(batch)[0], batch)
+
+
+@pytest.mark.parametrize("compression", [0, 1])
+def test_record_keys_of_a_compacted_batch(compression: int) -> None:
+    """Offsets with gaps (two-byte deltas), a long key, a null key, a tombstone, headers."""
+    records = [
+        Record(b"k" * 200, b"v" * 300, (("h", b"x"),), timestamp=5, offset=1000),
+        Record(None, b"keyless", timestamp=6, offset=1003),
+        Record(b"gone", None, timestamp=7, offset=1100),
+    ]
+    batch = encode_batch(
+        records,
+        base_offset=1000,
+        last_offset_delta=100,
+        base_timestamp=5,
+        max_timestamp=7,
+        attributes=compression,
+    )
+    [header] = scan_batches(batch)
+    assert record_keys(header, batch) == [
+        (1000, b"k" * 200, True),
+        (1003, None, True),
+        (1100, b"gone", False),
+    ]
 
 
 # --------------------------------------------------------------------------- offsets

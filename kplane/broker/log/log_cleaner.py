@@ -69,12 +69,12 @@ from kplane.broker.log.transaction_index import CleanedTransactionMetadata
 from kplane.broker.metrics.registry import BrokerMetrics, metric_name
 from kplane.protocol.record_filter import filter_batch
 from kplane.protocol.records import (
-    BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
     encode_batch,
     iter_records,
     read_partial_batches,
+    record_keys,
 )
 
 log = structlog.get_logger(__name__)
@@ -770,10 +770,11 @@ class Cleaner:
     ) -> bytes | None:
         """One batch as it goes into the cleaned segment, or None when it goes away.
 
-        The keep decisions come from a walk of the keys (:func:`record_keys`); only a batch
-        that keeps some of its records, or must gain a delete horizon or become Kafka's empty
-        batch, goes through :func:`protocol.record_filter.filter_batch`. A batch of an
-        aborted transaction keeps none."""
+        The keep decisions come from a walk of the keys
+        (:func:`protocol.records.record_keys`); only a batch that keeps some of its records,
+        or must gain a delete horizon or become Kafka's empty batch, goes through
+        :func:`protocol.record_filter.filter_batch`. A batch of an aborted transaction keeps
+        none."""
         horizon = min(now + settings.delete_retention_ms, LONG_MAX)
         stats.bytes_read += header.size
         if header.is_control:
@@ -944,70 +945,6 @@ def group_segments_by_size(
             i += 1
         groups.append(group)
     return groups
-
-
-KeyEntry = tuple[int, bytes | None, bool]
-"""A record's offset, key and whether it has a value (False: a tombstone)."""
-
-
-def record_keys(header: BatchHeader, data: bytes | memoryview) -> list[KeyEntry]:
-    """(offset, key, has value) of each record of one stored batch. An uncompressed batch
-    is walked for its keys alone (Kafka's cleaner reads only keys to build its map); a
-    compressed one, or one the walk cannot read, is decoded by ``iter_records``."""
-    if header.compression == 0:
-        try:
-            entries = _walk_keys(bytes(data), header.base_offset)
-        except (IndexError, ValueError):
-            entries = None
-        if entries is not None and len(entries) == header.record_count:
-            return entries
-    return [(r.offset, r.key, r.value is not None) for r in iter_records(data)]
-
-
-def _walk_keys(buf: bytes, base_offset: int) -> list[KeyEntry]:
-    """The key walk of :func:`record_keys` over the uncompressed records after the header
-    (length, attributes, timestampDelta, offsetDelta, key, value length, ...)."""
-    out: list[KeyEntry] = []
-    pos, end = BATCH_HEADER_SIZE, len(buf)
-    while pos < end:
-        length, pos = _varint(buf, pos)
-        record_end = pos + length
-        if length <= 0 or record_end > end:
-            raise ValueError("bad record length")
-        p = pos + 1  # attributes
-        while buf[p] & 0x80:  # timestampDelta, skipped
-            p += 1
-        delta, p = _varint(buf, p + 1)
-        key_length, p = _varint(buf, p)
-        if key_length < -1:
-            raise ValueError("bad key length")
-        key = None
-        if key_length >= 0:
-            key = buf[p : p + key_length]
-            p += key_length
-        value_length, p = _varint(buf, p)
-        if p > record_end:
-            raise ValueError("record overrun")
-        out.append((base_offset + delta, key, value_length >= 0))
-        pos = record_end
-    return out
-
-
-def _varint(buf: bytes, p: int) -> tuple[int, int]:
-    """A zigzag varint at ``p``: (value, position after it)."""
-    b = buf[p]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), p + 1
-    raw, shift = b & 0x7F, 7
-    while True:
-        p += 1
-        b = buf[p]
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), p + 1
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
 
 
 def _last_batch_of_producer(file_log: FileLog, header: BatchHeader) -> bool:
