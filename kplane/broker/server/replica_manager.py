@@ -126,11 +126,12 @@ class ReplicaManager:
         this one). Raises KafkaError(STALE_CONTROLLER_EPOCH) for an older controller; a
         partition whose (leader epoch, partition epoch) is not newer than the one applied is
         answered STALE_CONTROLLER_EPOCH and left alone, as Kafka does."""
+        errors: dict[TopicPartition, ErrorCode] = {}
         with self._state_lock:
             self._advance_controller_epoch(controller_epoch)
-            errors = {}
             followed: dict[TopicPartition, Partition] = {}
             led: list[TopicPartition] = []
+            demoted: list[TopicPartition] = []
             for state in states:
                 a = state.assignment
                 partition = self.log_manager.get_or_create(state.tp)
@@ -149,13 +150,16 @@ class ReplicaManager:
                     led.append(state.tp)
                 else:
                     partition.make_follower(self.broker_id, a)
+                    demoted.append(state.tp)
                     if a.leader >= 0:
                         followed[state.tp] = partition
                 errors[state.tp] = ErrorCode.none
             if self.fetchers is not None:
                 self.fetchers.remove_partitions(led)
                 self.fetchers.add_partitions(followed)
-            return errors
+        for tp in demoted:
+            self._complete_delayed_requests(tp)
+        return errors
 
     def stop_replicas(
         self, controller_epoch: int, stops: list[StopReplicaState]
@@ -163,9 +167,9 @@ class ReplicaManager:
         """Stop being a replica of each partition; with ``delete`` drop its log too.
         KafkaError(STALE_CONTROLLER_EPOCH) for an older controller; FENCED_LEADER_EPOCH for a
         partition whose leader epoch moved past the request's (-1 and -2 always match)."""
+        errors: dict[TopicPartition, ErrorCode] = {}
         with self._state_lock:
             self._advance_controller_epoch(controller_epoch)
-            errors = {}
             for stop in stops:
                 partition = self.log_manager.get(stop.tp)
                 if (
@@ -183,7 +187,9 @@ class ReplicaManager:
                 errors[stop.tp] = ErrorCode.none
             if self.fetchers is not None:
                 self.fetchers.remove_partitions([stop.tp for stop in stops])
-            return errors
+        for stop in stops:
+            self._complete_delayed_requests(stop.tp)
+        return errors
 
     def check_controller_epoch(self, controller_epoch: int) -> None:
         """Remember the newest controller epoch; KafkaError(STALE_CONTROLLER_EPOCH) for
@@ -301,7 +307,7 @@ class ReplicaManager:
         moved = partition.update_follower_fetch_state(replica_id, offset)
         moved |= partition.maybe_expand_isr(replica_id, self._alter_isr)
         if moved:
-            self._high_watermark_moved(tp)
+            self._complete_delayed_requests(tp)
 
     def maybe_shrink_isr(self, max_lag_ms: int) -> int:
         """Drop followers that fell behind for ``max_lag_ms`` from the ISR of every
@@ -311,7 +317,7 @@ class ReplicaManager:
         for partition in self.log_manager.partitions():
             if partition.is_leader and partition.maybe_shrink_isr(max_lag_ms, self._alter_isr):
                 shrunk += 1
-                self._high_watermark_moved(partition.tp)
+                self._complete_delayed_requests(partition.tp)
         return shrunk
 
     def throttled_follower(self, tp: TopicPartition, replica_id: int) -> bool:
@@ -324,7 +330,9 @@ class ReplicaManager:
             return False
         return quota.is_throttled(tp)
 
-    def _high_watermark_moved(self, tp: TopicPartition) -> None:
+    def _complete_delayed_requests(self, tp: TopicPartition) -> None:
+        """The high watermark or the leadership of ``tp`` moved: parked acks=all Produces
+        and Fetches of it complete if they can (a deposed leader's with its error)."""
         if self.produce_purgatory is not None:
             self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
