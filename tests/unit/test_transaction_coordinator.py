@@ -20,7 +20,7 @@ from kplane.broker.network.broker_channels import BrokerChannelManager
 from kplane.broker.transaction.coordinator import TransactionConfig, TransactionCoordinator
 from kplane.broker.transaction.marker_channel import TransactionMarkerChannelManager, TxnMarker
 from kplane.broker.transaction.state_manager import TransactionStateManager
-from kplane.broker.transaction.transaction_metadata import TransactionState
+from kplane.broker.transaction.transaction_metadata import MAX_PRODUCER_EPOCH, TransactionState
 from kplane.broker.utils.timer import SystemTimer
 from kplane.protocol.errors import ErrorCode, KafkaError
 
@@ -217,3 +217,87 @@ def test_list_and_describe(client: KafkaMetadataClient, timer: SystemTimer) -> N
     assert [d.transactional_id for d in c.list_transactions(["Ongoing"])] == ["a"]
     assert [d.transactional_id for d in c.list_transactions(producer_ids=[a])] == ["a"]
     assert c.describe("a").partitions == (TP,)
+
+
+# InitProducerId with an expected producer id and epoch (KIP-360), branch by branch ---------
+
+
+def _exhaust(c: TransactionCoordinator, tid: str) -> int:
+    """Leave ``tid``'s epoch exhausted (as 32,766 bumps would); returns its producer id."""
+    first = c.init_producer_id(tid, 60_000)
+    with c.state.locked(tid) as current:
+        assert current is not None
+        exhausted = current.copy()
+        exhausted.producer_epoch = MAX_PRODUCER_EPOCH - 1
+        c.state.put(exhausted)
+    return first.producer_id
+
+
+def test_a_new_id_accepts_any_expected_producer(
+    client: KafkaMetadataClient, timer: SystemTimer
+) -> None:
+    c = make_coordinator(client, timer, Leaders())
+    new = c.init_producer_id("fresh", 60_000, expected_producer_id=0, expected_epoch=0)
+    assert (new.error, new.producer_epoch) == (ErrorCode.none, 0)
+    assert new.producer_id != 0  # a new id, not the one named
+
+
+def test_the_current_producer_bumps_and_a_retry_gets_the_same_epoch(
+    client: KafkaMetadataClient, timer: SystemTimer
+) -> None:
+    c = make_coordinator(client, timer, Leaders())
+    first = c.init_producer_id("app", 60_000)
+    bumped = c.init_producer_id("app", 60_000, first.producer_id, first.producer_epoch)
+    assert (bumped.producer_id, bumped.producer_epoch) == (first.producer_id, 1)
+    # the same call again (its answer was lost): the current epoch, no bump
+    retried = c.init_producer_id("app", 60_000, first.producer_id, first.producer_epoch)
+    assert (retried.error, retried.producer_epoch) == (ErrorCode.none, 1)
+
+
+def test_an_older_epoch_or_another_id_is_fenced(
+    client: KafkaMetadataClient, timer: SystemTimer
+) -> None:
+    c = make_coordinator(client, timer, Leaders())
+    first = c.init_producer_id("app", 60_000)
+    for _ in range(2):
+        c.init_producer_id("app", 60_000)  # epoch 2; last epoch forgotten (-1)
+    old = c.init_producer_id("app", 60_000, first.producer_id, 0)
+    assert old.error is ErrorCode.producer_fenced
+    other = c.init_producer_id("app", 60_000, first.producer_id + 7, 2)
+    assert other.error is ErrorCode.producer_fenced
+
+
+def test_an_id_without_an_epoch_is_an_invalid_request(
+    client: KafkaMetadataClient, timer: SystemTimer
+) -> None:
+    c = make_coordinator(client, timer, Leaders())
+    assert c.init_producer_id("app", 60_000, 5, -1).error is ErrorCode.invalid_request
+    assert c.init_producer_id("app", 60_000, -1, 5).error is ErrorCode.invalid_request
+
+
+def test_an_exhausted_epoch_rotates_the_id_and_its_retry_is_recognised(
+    client: KafkaMetadataClient, timer: SystemTimer
+) -> None:
+    c = make_coordinator(client, timer, Leaders())
+    old_id = _exhaust(c, "app")
+    rotated = c.init_producer_id("app", 60_000, old_id, MAX_PRODUCER_EPOCH - 1)
+    assert rotated.error is ErrorCode.none
+    assert (rotated.producer_id != old_id, rotated.producer_epoch) == (True, 0)
+    # the rotation's answer was lost: the previous id with its exhausted epoch is let in
+    retried = c.init_producer_id("app", 60_000, old_id, MAX_PRODUCER_EPOCH - 1)
+    assert (retried.producer_id, retried.producer_epoch) == (rotated.producer_id, 0)
+    # the previous id with another epoch is not
+    stale = c.init_producer_id("app", 60_000, old_id, 3)
+    assert stale.error is ErrorCode.producer_fenced
+
+
+def test_an_exhausted_epoch_without_an_expected_producer_rotates_too(
+    client: KafkaMetadataClient, timer: SystemTimer
+) -> None:
+    c = make_coordinator(client, timer, Leaders())
+    old_id = _exhaust(c, "app")
+    rotated = c.init_producer_id("app", 60_000)
+    assert (rotated.producer_id != old_id, rotated.producer_epoch) == (True, 0)
+    # no epoch was named, so none is remembered: the old id is fenced from now on
+    again = c.init_producer_id("app", 60_000, old_id, MAX_PRODUCER_EPOCH - 1)
+    assert again.error is ErrorCode.producer_fenced

@@ -27,6 +27,7 @@ from kplane.broker.transaction.transaction_metadata import (
     IllegalTransitionError,
     TransactionMetadata,
     TransactionState,
+    is_epoch_exhausted,
 )
 from kplane.broker.utils.timer import SystemTimer, TimerTask
 from kplane.protocol.errors import ErrorCode, KafkaError
@@ -156,16 +157,23 @@ class TransactionCoordinator:
     ) -> InitProducerIdResult:
         """A producer id and epoch for ``transactional_id``: new, or the stored one with the
         epoch bumped, which fences the previous producer. An open transaction is aborted
-        first (CONCURRENT_TRANSACTIONS: the client retries)."""
+        first (CONCURRENT_TRANSACTIONS: the client retries). An expected id and epoch
+        (KIP-360: a producer recovering from an error) follow Kafka's rules, see
+        :func:`_may_reinitialise` and :meth:`_next_epoch`."""
         if not transactional_id:
             return InitProducerIdResult(ErrorCode.invalid_request)
+        if (expected_producer_id == NO_PRODUCER_ID) != (expected_epoch == NO_PRODUCER_EPOCH):
+            return InitProducerIdResult(ErrorCode.invalid_request)  # one given without the other
         if not 0 < timeout_ms <= self.config.max_timeout_ms:
             return InitProducerIdResult(ErrorCode.invalid_transaction_timeout)
+        expected = (
+            None
+            if expected_producer_id == NO_PRODUCER_ID
+            else ProducerIdAndEpoch(expected_producer_id, expected_epoch)
+        )
         try:
             with self.state.locked(transactional_id) as current:
-                return self._init(
-                    transactional_id, current, timeout_ms, expected_producer_id, expected_epoch
-                )
+                return self._init(transactional_id, current, timeout_ms, expected)
         except KafkaError as exc:
             return InitProducerIdResult(exc.code)
 
@@ -174,8 +182,7 @@ class TransactionCoordinator:
         tid: str,
         current: TransactionMetadata | None,
         timeout_ms: int,
-        expected_id: int,
-        expected_epoch: int,
+        expected: ProducerIdAndEpoch | None,
     ) -> InitProducerIdResult:
         now = _now_ms()
         if current is None:
@@ -188,12 +195,8 @@ class TransactionCoordinator:
             )
         else:
             metadata = current.copy()
-        expected = (expected_id, expected_epoch)
-        if expected_id != NO_PRODUCER_ID and expected not in (
-            (metadata.producer_id, metadata.producer_epoch),
-            (metadata.last_producer_id, metadata.last_producer_epoch),
-        ):
-            return InitProducerIdResult(ErrorCode.producer_fenced)
+        if expected is not None and not _may_reinitialise(metadata, expected):
+            return self._fenced(tid, metadata, expected)
         if metadata.state.is_prepare:
             return InitProducerIdResult(ErrorCode.concurrent_transactions)
         if metadata.state is S.ONGOING:
@@ -201,25 +204,28 @@ class TransactionCoordinator:
             return InitProducerIdResult(ErrorCode.concurrent_transactions)
         if metadata.state not in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
             return InitProducerIdResult(ErrorCode.concurrent_transactions)
-        is_retry = (
-            expected_id != NO_PRODUCER_ID
-            and expected == (metadata.last_producer_id, metadata.last_producer_epoch)
-            and metadata.state is S.EMPTY
-        )
-        if not is_retry:
+        if metadata.epoch_exhausted and (
+            expected is None or expected.epoch == metadata.producer_epoch
+        ):
+            # Kafka's producer id rotation: the last id and (when the producer named it) its
+            # epoch are kept, so a retry of this call is recognised.
             metadata.last_producer_id = metadata.producer_id
-            metadata.last_producer_epoch = metadata.producer_epoch
-            if metadata.epoch_exhausted:
-                metadata.producer_id = self._new_producer_id()
-                metadata.producer_epoch = 0
-            else:
-                metadata.producer_epoch += 1
-            metadata.txn_timeout_ms = timeout_ms
-            metadata.partitions = set()
-            metadata.txn_start_timestamp_ms = -1
-            metadata.txn_last_update_timestamp_ms = now
-            metadata.transition(S.EMPTY)
-            self.state.put(metadata)
+            metadata.last_producer_epoch = (
+                metadata.producer_epoch if expected is not None else NO_PRODUCER_EPOCH
+            )
+            metadata.producer_id = self._new_producer_id()
+            metadata.producer_epoch = 0
+        else:
+            epochs = _next_epoch(metadata, expected)
+            if epochs is None:
+                return self._fenced(tid, metadata, expected)
+            metadata.producer_epoch, metadata.last_producer_epoch = epochs
+        metadata.txn_timeout_ms = timeout_ms
+        metadata.partitions = set()
+        metadata.txn_start_timestamp_ms = -1
+        metadata.txn_last_update_timestamp_ms = now
+        metadata.transition(S.EMPTY)
+        self.state.put(metadata)
         log.info(
             "transactional producer initialised",
             transactional_id=tid,
@@ -227,6 +233,19 @@ class TransactionCoordinator:
             producer_epoch=metadata.producer_epoch,
         )
         return InitProducerIdResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+
+    @staticmethod
+    def _fenced(
+        tid: str, metadata: TransactionMetadata, expected: ProducerIdAndEpoch | None
+    ) -> InitProducerIdResult:
+        log.info(
+            "InitProducerId fenced: the producer is not the current one",
+            transactional_id=tid,
+            expected=str(expected),
+            current=f"{metadata.producer_id}/{metadata.producer_epoch}",
+            last=f"{metadata.last_producer_id}/{metadata.last_producer_epoch}",
+        )
+        return InitProducerIdResult(ErrorCode.producer_fenced)
 
     # AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------------
     def add_partitions(
@@ -438,3 +457,43 @@ def _description(metadata: TransactionMetadata) -> TransactionDescription:
         metadata.txn_start_timestamp_ms,
         tuple(sorted(metadata.partitions, key=lambda tp: (tp.topic, tp.partition))),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdAndEpoch:
+    """The producer id and epoch an InitProducerId names (KIP-360)."""
+
+    producer_id: int
+    epoch: int
+
+    def __str__(self) -> str:
+        return f"{self.producer_id}/{self.epoch}"
+
+
+def _may_reinitialise(metadata: TransactionMetadata, expected: ProducerIdAndEpoch) -> bool:
+    """Kafka's check of an expected producer id: the metadata was just created (epoch -1),
+    the id is the current one (its epoch is checked by :func:`_next_epoch`), or it is the
+    previous id and its epoch was exhausted (a retry after a producer id rotation)."""
+    return (
+        metadata.producer_epoch == NO_PRODUCER_EPOCH
+        or expected.producer_id == metadata.producer_id
+        or (
+            expected.producer_id == metadata.last_producer_id
+            and is_epoch_exhausted(expected.epoch)
+        )
+    )
+
+
+def _next_epoch(
+    metadata: TransactionMetadata, expected: ProducerIdAndEpoch | None
+) -> tuple[int, int] | None:
+    """(new epoch, last epoch) as Kafka's prepareIncrementProducerEpoch gives them; None when
+    the expected epoch is neither the current nor the last one (PRODUCER_FENCED)."""
+    bumped = metadata.producer_epoch + 1
+    if expected is None:  # a fresh InitProducerId: bump, forget the last epoch
+        return bumped, NO_PRODUCER_EPOCH
+    if metadata.producer_epoch == NO_PRODUCER_EPOCH or expected.epoch == metadata.producer_epoch:
+        return bumped, metadata.producer_epoch  # continuing after an error
+    if expected.epoch == metadata.last_producer_epoch:
+        return metadata.producer_epoch, metadata.last_producer_epoch  # a retry: no bump
+    return None

@@ -60,6 +60,11 @@ class IllegalTransitionError(RuntimeError):
     """A state change Kafka's state machine does not allow."""
 
 
+def is_epoch_exhausted(epoch: int) -> bool:
+    """Kafka's exhausted producer epoch: one bump (the fencing one) from the maximum."""
+    return epoch >= MAX_PRODUCER_EPOCH - 1
+
+
 @dataclass(slots=True)
 class TransactionMetadata:
     """One transactional id: its producer, epoch, timeout, state and partitions."""
@@ -91,7 +96,7 @@ class TransactionMetadata:
     @property
     def epoch_exhausted(self) -> bool:
         """The epoch cannot be bumped again: the next InitProducerId takes a new id."""
-        return self.producer_epoch >= MAX_PRODUCER_EPOCH - 1
+        return is_epoch_exhausted(self.producer_epoch)
 
     def copy(self) -> TransactionMetadata:
         """An independent copy to change and store before it replaces this one."""
