@@ -69,8 +69,9 @@ class MetadataCache:
         return self.broker_id in self.snapshot.brokers
 
     def add_topic_listener(self, listener: Callable[[str], object]) -> None:
-        """Call ``listener(name)`` after each update that adds or changes topic ``name``
-        (requests waiting for a topic's metadata, such as CreateTopics, are so completed)."""
+        """Call ``listener(name)`` after each update that adds, changes or removes topic
+        ``name`` (requests waiting for a topic's metadata, such as CreateTopics and
+        DeleteTopics, are so completed)."""
         self._topic_listeners.append(listener)
 
     def update(
@@ -84,9 +85,10 @@ class MetadataCache:
         """Replace parts of the snapshot; ``topics`` are upserted, ``removed_topics`` dropped."""
         old = self.snapshot
         upserted = list(topics or ())
+        changed = [*removed_topics, *(t.name for t in upserted)]
         new_topics = dict(old.topics)
         topic_ids = dict(old.topic_ids)  # copied, not rebuilt: no UUID hashed per topic held
-        for name in [*removed_topics, *(t.name for t in upserted)]:
+        for name in changed:
             gone = new_topics.pop(name, None)
             if gone is not None:
                 topic_ids.pop(gone.topic_id, None)
@@ -102,9 +104,9 @@ class MetadataCache:
         )
         with self._updated:
             self._updated.notify_all()
-        for topic in upserted:
+        for name in changed:
             for listener in self._topic_listeners:
-                listener(topic.name)
+                listener(name)
 
     def alive_endpoints(self, listener_name: str) -> list[tuple[int, EndPoint, str | None]]:
         """(broker id, endpoint, rack) of every live broker that has ``listener_name``."""

@@ -113,8 +113,12 @@ class AdminManager:
                     f"Replication factor: {factor} larger than available brokers: {len(live)}.",
                 )
             partitions = assign_replicas(live, count, factor, self._racks())
-        if self.cache.topic(name) is not None or name in self.client.get_topics():
+        if name in self.client.get_topics():
             raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+        if self.cache.topic(name) is not None:  # deleted, not yet gone from the metadata
+            raise KafkaError(
+                ErrorCode.topic_already_exists, f"Topic '{name}' is marked for deletion."
+            )
         assignment = TopicAssignment(uuid.uuid4(), partitions)
         if validate_only:
             return assignment

@@ -50,6 +50,45 @@ class DelayedCreateTopics(DelayedOperation):
         self.apis.answer_create_topics(self.ctx, self.results)
 
 
+class DelayedDeleteTopics(DelayedOperation):
+    """Kafka's DelayedDeleteTopics: DeleteTopics is answered once every topic it deleted is
+    gone from this broker's metadata (the controller's UpdateMetadata came), so a topic of
+    the same name can be created at once; topics still there at the request's timeout are
+    answered REQUEST_TIMED_OUT."""
+
+    def __init__(
+        self, cache: MetadataCache, ctx: RequestContext, results: list[Any], delay_ms: float
+    ) -> None:
+        super().__init__(delay_ms)
+        self.cache = cache
+        self.ctx = ctx
+        self.results = results
+
+    def _waiting(self) -> list[dict[str, Any]]:
+        return [
+            r
+            for r in self.results
+            if r["error_code"] == ErrorCode.none and self.cache.topic(r["name"]) is not None
+        ]
+
+    def try_complete(self) -> bool:
+        return not self._waiting() and self.force_complete()
+
+    def on_complete(self) -> None:
+        for result in self._waiting():
+            result |= {
+                "error_code": ErrorCode.request_timed_out,
+                "error_message": "Operation timed out.",
+            }
+        answer_delete_topics(self.ctx, self.results)
+
+
+def answer_delete_topics(ctx: RequestContext, results: list[dict[str, Any]]) -> None:
+    """The DeleteTopics answer, one result per topic."""
+    topics = tuple(ctx.make("DeletableTopicResult", **values) for values in results)
+    ctx.respond(ctx.make_response(responses=topics))
+
+
 class TopicApis:
     """Topic administration requests, answered per topic."""
 
@@ -178,15 +217,14 @@ class TopicApis:
             except KafkaError as exc:
                 error, message = exc.code, exc.message
             results.append(
-                ctx.make(
-                    "DeletableTopicResult",
-                    name=name,
-                    topic_id=topic_id,
-                    error_code=error,
-                    error_message=message,
-                )
+                {"name": name, "topic_id": topic_id, "error_code": error, "error_message": message}
             )
-        ctx.respond(ctx.make_response(responses=tuple(results)))
+        timeout_ms = req.timeout.total_seconds() * 1000.0
+        if timeout_ms <= 0:
+            answer_delete_topics(ctx, results)
+            return
+        delayed = DelayedDeleteTopics(self.cache, ctx, results, timeout_ms)
+        self.purgatory.try_complete_else_watch(delayed, [r["name"] for r in results])
 
     def handle_create_partitions(self, ctx: RequestContext) -> None:
         req = ctx.body
