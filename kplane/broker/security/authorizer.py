@@ -194,12 +194,16 @@ class AclAuthorizer:
         return decode_acls(*key, data)
 
     def _write(self, key: _Key, acls: list[AclBinding]) -> None:
+        """Store ``key``'s ACLs and take them into this broker's cache at once (read after
+        write, as Kafka's authorizer); the change notice tells the other brokers."""
         path = store_path(*key)
         if acls:
             self.store.set_or_create(path, encode_acls(acls))
+            self._acls[key] = tuple(acls)
         else:
             with contextlib.suppress(NoNodeError):
                 self.store.delete(path)
+            self._acls.pop(key, None)
         resource_type, pattern_type, name = key
         notice = (
             f"{resource_type.store_name}:{name}"
