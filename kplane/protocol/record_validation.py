@@ -24,7 +24,7 @@ from kplane.protocol.compression import (
     MAX_DECOMPRESSED_BYTES,
 )
 from kplane.protocol.errors import ErrorCode
-from kplane.protocol.record_walk import TimestampCheck, walk_records
+from kplane.protocol.record_walk import RecordRefusal, TimestampCheck, walk_records
 from kplane.protocol.records import BATCH_HEADER_SIZE, BatchHeader, InvalidRecordError, inflate
 
 __all__ = ("NO_TIMESTAMP_LIMIT", "ValidationPolicy", "validate_batches")
@@ -69,13 +69,29 @@ def validate_batches(
             if policy.compacted_partition is not None
             else None
         )
-        timestamp_errors = walk_records(records, start, end, batch.record_count, check, keyless)
-        if timestamp_errors:
-            raise InvalidRecordError(
-                ErrorCode.invalid_timestamp,
-                "One or more records have been rejected due to invalid timestamp",
-                tuple(timestamp_errors),
-            )
+        refused = walk_records(records, start, end, batch.record_count, check, keyless)
+        if refused:
+            raise _refusal(refused)
+
+
+def _refusal(refused: list[RecordRefusal]) -> InvalidRecordError:
+    """Every refused record named with its index, as Kafka's processRecordErrors does:
+    INVALID_TIMESTAMP when a timestamp was refused, else INVALID_RECORD with Kafka's
+    message showing the first three."""
+    errors = tuple((r.index, r.message) for r in refused)
+    if any(r.timestamp for r in refused):
+        return InvalidRecordError(
+            ErrorCode.invalid_timestamp,
+            "One or more records have been rejected due to invalid timestamp",
+            errors,
+        )
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return InvalidRecordError(
+        ErrorCode.invalid_record,
+        f"One or more records have been rejected due to {len(errors)} record errors in total, "
+        f"and only showing the first three errors at most: [{shown}]",
+        errors,
+    )
 
 
 def _invalid(batch: BatchHeader, message: str) -> InvalidRecordError:

@@ -22,6 +22,7 @@ whose layout keeps changing costs at most a constant factor more than a per-reco
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 
 from kplane.protocol.errors import ErrorCode
@@ -253,6 +254,16 @@ TimestampCheck = Callable[[int, int], str | None]
 """(record index, timestamp delta) -> why the timestamp is refused, or None."""
 
 
+@dataclass(frozen=True, slots=True)
+class RecordRefusal:
+    """One record refused (Kafka's RecordError): its index in the batch, why, and whether
+    it was its timestamp (``INVALID_TIMESTAMP``) or else the record (``INVALID_RECORD``)."""
+
+    index: int
+    message: str
+    timestamp: bool
+
+
 def walk_records(
     data: bytes,
     pos: int,
@@ -260,17 +271,17 @@ def walk_records(
     count: int,
     timestamp_check: TimestampCheck | None = None,
     keyless_refusal: str | None = None,
-) -> list[tuple[int, str]]:
-    """Check that ``data[pos:end]`` holds exactly ``count`` well-formed records.
+) -> list[RecordRefusal]:
+    """Check that ``data[pos:end]`` holds exactly ``count`` well-formed records; returns
+    the records refused, each once, as Kafka's LogValidator does: a record without a key
+    when ``keyless_refusal`` (the message) is given — a compacted topic — else one whose
+    timestamp ``timestamp_check`` refuses (it sees every record: no runs are taken then).
 
-    ``timestamp_check``, when given, sees every record (no runs are taken then); the
-    refusals it gives are returned as (index, message). Malformed records raise
-    :class:`InvalidRecordError` (``INVALID_RECORD``, with the offending record's index in
-    ``record_errors`` when one is at fault); so does a record without a key when
-    ``keyless_refusal`` (the message) is given — a compacted topic. Records of a run share
-    the key length of the one parsed, so only parsed records need that check.
+    Malformed records raise :class:`InvalidRecordError` (``INVALID_RECORD``, with the
+    offending record's index in ``record_errors`` when one is at fault). Records of a run
+    share the key length of the one parsed, so a keyless parsed record refuses its run.
     """
-    refused: list[tuple[int, str]] = []
+    refused: list[RecordRefusal] = []
     index = 0
     while index < count:
         if pos >= end:
@@ -279,18 +290,18 @@ def walk_records(
                 f"incorrect declared batch size: {count} records announced, {index} found",
             )
         marks, ts_delta = _parse(data, pos, end, index)
-        if keyless_refusal is not None and data[marks[4]] == _NULL_LENGTH:
-            raise InvalidRecordError(
-                ErrorCode.invalid_record, keyless_refusal, ((index, keyless_refusal),)
-            )
+        keyless = keyless_refusal is not None and data[marks[4]] == _NULL_LENGTH
         nxt = marks[-1]
         run = 0
         if timestamp_check is not None:
-            refusal = timestamp_check(index, ts_delta)
+            refusal = None if keyless else timestamp_check(index, ts_delta)
             if refusal is not None:
-                refused.append((index, f"record {index}: {refusal}"))
+                refused.append(RecordRefusal(index, f"record {index}: {refusal}", True))
         elif nxt < end and data[nxt] == data[pos]:  # the next record may be of the same size
             run = _run(data, pos, end, count - index - 1, index, marks)
+        if keyless_refusal is not None and keyless:
+            run_end = index + 1 + run
+            refused.extend(RecordRefusal(i, keyless_refusal, False) for i in range(index, run_end))
         pos = nxt + run * (nxt - pos)
         index += 1 + run
     if pos != end:

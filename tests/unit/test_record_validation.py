@@ -420,3 +420,39 @@ def test_producer_may_not_set_log_append_time() -> None:
         ).error_code
         == ErrorCode.invalid_timestamp
     )
+
+
+# ----------------------------------------------------------------------- every record named
+@pytest.mark.parametrize("timestamps", [False, True], ids=["runs", "record by record"])
+def test_every_keyless_record_is_refused_once_runs_included(timestamps: bool) -> None:
+    """Identical keyless records form runs the walk skips over: each is still named, and a
+    keyless record's timestamp is not judged too (Kafka's one error per record)."""
+    records = [Record(key=None, value=b"same") for _ in range(40)]
+    records[10:20] = [Record(key=b"k", value=b"same") for _ in range(10)]
+    data = build_batch(records)
+    check = (lambda _i, _d: "too old") if timestamps else None
+    refused = walk_records(data, BATCH_HEADER_SIZE, len(data), 40, check, "no key")
+    keyless = [*range(10), *range(20, 40)]
+    assert [(r.index, r.message) for r in refused if not r.timestamp] == [
+        (i, "no key") for i in keyless
+    ]
+    assert [r.index for r in refused if r.timestamp] == (list(range(10, 20)) if timestamps else [])
+
+
+def test_keyless_and_timestamp_refusals_together_are_invalid_timestamp() -> None:
+    """As Kafka's processRecordErrors: any refused timestamp makes the batch's error
+    INVALID_TIMESTAMP; every refused record is in record_errors."""
+    now = int(time.time() * 1000)
+    records = [
+        Record(key=None, value=b"v", timestamp=now),
+        Record(key=b"k", value=b"v", timestamp=now - 10_000_000),
+        Record(key=b"k", value=b"v", timestamp=now),
+    ]
+    policy = ValidationPolicy(
+        produce_version=9, timestamp_difference_max_ms=1000, compacted_partition="t-0"
+    )
+    batch = build_batch(records, base_timestamp=now)
+    with pytest.raises(InvalidRecordError) as raised:
+        validate_batches(batch, scan_batches(batch), policy, now)
+    assert raised.value.error_code == ErrorCode.invalid_timestamp
+    assert [i for i, _ in raised.value.record_errors] == [0, 1]
