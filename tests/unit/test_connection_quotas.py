@@ -18,8 +18,8 @@ from kplane.broker.network.connection_quotas import (
     TooManyConnections,
     client_host,
 )
-from kplane.broker.network.interval_log import IntervalWarning
 from kplane.broker.network.sampled_stats import SampledAverage, SampledRate
+from kplane.broker.utils.interval_log import IntervalWarning
 
 TWO_LISTENERS = {
     "listeners": "INTERNAL://127.0.0.1:0,CLIENT://127.0.0.1:0",

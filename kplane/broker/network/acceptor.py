@@ -22,8 +22,8 @@ from kplane.broker.network.connection_quotas import (
     TooManyConnections,
     client_host,
 )
-from kplane.broker.network.interval_log import IntervalWarning
 from kplane.broker.network.processor import Processor
+from kplane.broker.utils.interval_log import IntervalWarning
 
 ACCEPT_BACKOFF_S = 1.0
 """How long an Acceptor pauses when ``accept`` fails for want of a resource."""

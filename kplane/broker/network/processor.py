@@ -26,7 +26,6 @@ import uvloop
 
 from kplane.broker.config.endpoint import EndPoint
 from kplane.broker.network.connection_quotas import ConnectionQuotas, client_host
-from kplane.broker.network.interval_log import IntervalWarning
 from kplane.broker.network.memory_pool import FrameMemory, MemoryPool
 from kplane.broker.network.plane_priority import ControlPlanePriority
 from kplane.broker.network.region_writer import RegionWriter
@@ -35,6 +34,7 @@ from kplane.broker.network.tls import ServerTls
 from kplane.broker.security.principal_mapping import ANONYMOUS, NoMatchingRuleError
 from kplane.broker.security.sasl import PRE_AUTH_APIS, SASL_PROTOCOLS, SaslSession
 from kplane.broker.utils.file_region import has_regions, iter_bytes, materialize
+from kplane.broker.utils.interval_log import IntervalWarning
 from kplane.protocol.connection import CONNECTION_CLOSED, Close, RequestReady, ServerConnection
 
 log = structlog.get_logger(__name__)
