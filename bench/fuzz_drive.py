@@ -3,8 +3,9 @@ an answer or a close; a frame that gets neither within the timeout is a hang.
 
 Produce frames are followed by an ApiVersions probe on the same connection: an acks=0
 Produce is never answered, so the probe's answer tells "no answer due" from "hung".
-Fetch, JoinGroup and SyncGroup may be parked by the broker for as long as the request
-asks; unanswered, they count as ``parked``, not hung.
+Fetch, JoinGroup, SyncGroup, CreateTopics and DeleteTopics may be parked by the broker for
+as long as the request asks (as Kafka parks them); unanswered, they count as ``parked``, not
+hung.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 from fuzz_frames import PROBE, PROBE_CORRELATION, PRODUCE, Frame, FrameSource
 
-PARKABLE = frozenset({1, 11, 14})  # Fetch, JoinGroup, SyncGroup
+PARKABLE = frozenset({1, 11, 14, 19, 20})  # Fetch, JoinGroup, SyncGroup, Create/DeleteTopics
 HUNG_CASES_KEPT = 50
 WRITE_TIMEOUT = 30.0
 

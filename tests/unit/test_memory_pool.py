@@ -45,8 +45,10 @@ def test_decoder_blocks_on_a_refused_frame_and_resumes() -> None:
     assert not decoder.blocked and pool.available == 7
 
 
-def test_decoder_reserves_a_partial_frame() -> None:
+def test_decoder_reserves_a_partial_frame_as_its_bytes_arrive() -> None:
+    """A frame counts against the pool by what has arrived, not by what its size prefix
+    announces: a slow sender holds only the bytes it sent."""
     pool = MemoryPool(100)
     decoder = FrameDecoder(1000, pool.try_allocate)
     assert decoder.feed(_frame(40)[:10]) == []
-    assert decoder.reserved == 40 and pool.available == 60
+    assert decoder.reserved == 6 and pool.available == 94
