@@ -8,8 +8,12 @@ import gc
 import sys
 from collections.abc import Callable, Mapping
 
+import structlog
+
 from kplane.broker.config.kafka_config import KafkaConfig
 from kplane.protocol import api
+
+log = structlog.get_logger(__name__)
 
 
 def set_switch_interval(config: KafkaConfig) -> None:
@@ -24,7 +28,11 @@ def settle_heap(served: Mapping[int, range], stop: Callable[[], bool]) -> None:
     which showed as 40 ms produce-latency spikes). A signal (``stop``) cuts it short.
     Test fixtures leave it out: frozen objects are never collected, and a test process
     starts hundreds of brokers."""
-    api.warm(dict(served), stop)
+    try:
+        api.warm(dict(served), stop)
+    except OSError as exc:  # no descriptor to read a module with (EMFILE): load them later
+        log.warning("schema warm-up stopped; schemas load at first use", reason=str(exc))
+        return
     if stop():
         return
     gc.collect()
