@@ -448,11 +448,14 @@ class Bench:
             res["wrong_record_size"] = True
         return res
 
-    def latency(self) -> dict[str, Any]:
+    def latency(self, rate: int | None = None, seconds: float | None = None) -> dict[str, Any]:
+        """1 KiB records offered at ``rate`` a second for ``seconds`` (``--latency-rate``
+        and ``--latency-seconds`` by default), each its own Produce request (linger.ms=0,
+        batch.num.messages=1, acks=1): delivery latency percentiles and the rate achieved."""
         from confluent_kafka import Producer
 
-        rate = self.args.latency_rate
-        seconds = self.args.latency_seconds
+        rate = rate or self.args.latency_rate
+        seconds = seconds or self.args.latency_seconds
         total = max(1, int(rate * seconds))
         lat: list[float] = []
         nerr = [0]
@@ -470,6 +473,7 @@ class Bench:
                 **{
                     "acks": "1",
                     "linger.ms": 0,
+                    "batch.num.messages": 1,
                     "batch.size": BATCH_BYTES,
                     "message.max.bytes": 2 * BATCH_BYTES,
                     "queue.buffering.max.messages": total + 1000,
