@@ -21,11 +21,16 @@ A follower's divergent tail is cut by :meth:`FileLog.truncate_to` (Kafka's trunc
 later segments retired as retention's are, the last one cut at a batch boundary with its
 indexes, the producer state rebuilt from the newest snapshot left;
 :meth:`FileLog.truncate_fully_and_start_at` replaces every segment with an empty one.
+
+An I/O error in any of its methods takes the log's log dir offline (Kafka's
+maybeHandleIOException, see ``broker/log/log_dir_failure_channel.py``) and raises
+KafkaStorageError; nothing is read or written in an offline log dir.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import random
 import threading
@@ -33,6 +38,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 import structlog
 
@@ -46,6 +52,11 @@ from kplane.broker.log.log import (
     replay_into,
 )
 from kplane.broker.log.log_config import LogSettings
+from kplane.broker.log.log_dir_failure_channel import (
+    KafkaStorageError,
+    LogDirFailureChannel,
+    describe,
+)
 from kplane.broker.log.producer_state import (
     CompletedTxn,
     ProducerStateManager,
@@ -84,10 +95,38 @@ Retire = Callable[[LogSegment, int], None]
 OnRoll = Callable[["FileLog", int], None]
 """Called with the new segment's base offset after a roll (the LogManager flushes the
 segments before it in the background)."""
+P = ParamSpec("P")
+R = TypeVar("R")
+Method = Callable[Concatenate["FileLog", P], R]
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _storage(action: str) -> Callable[[Method[P, R]], Method[P, R]]:
+    """Kafka's maybeHandleIOException around a FileLog method doing ``action``: nothing is
+    tried in an offline log dir, and an OSError takes the dir offline; both raise
+    KafkaStorageError. A log closed meanwhile (its partition deleted) raises the OSError
+    as it is: the dir did not fail."""
+
+    def decorate(method: Method[P, R]) -> Method[P, R]:
+        @functools.wraps(method)
+        def run(self: FileLog, *args: P.args, **kwargs: P.kwargs) -> R:
+            if self.failures.is_offline(self.log_dir):
+                raise KafkaStorageError(f"{self.directory} is in an offline log dir")
+            try:
+                return method(self, *args, **kwargs)
+            except OSError as exc:
+                if self._closed:
+                    raise
+                what = f"{action} {self.directory.name}"
+                self.failures.maybe_add_offline_log_dir(self.log_dir, what, exc)
+                raise KafkaStorageError(f"{what} in {self.log_dir}: {describe(exc)}") from None
+
+        return run
+
+    return decorate
 
 
 class FileLog(Log):
@@ -103,8 +142,13 @@ class FileLog(Log):
         recovery_point: int = 0,
         log_start_offset: int = 0,
         clean: bool = True,
+        failures: LogDirFailureChannel | None = None,
     ) -> None:
         self.directory = directory
+        self.log_dir = str(directory.parent)
+        self.failures = failures if failures is not None else LogDirFailureChannel()
+        """Where an I/O error takes the log dir offline (the LogManager's channel)."""
+        self._closed = False
         self._settings = settings
         self._retire = retire
         self._on_roll = on_roll
@@ -269,7 +313,7 @@ class FileLog(Log):
         if header.base_offset < replay_from or header.producer_id < 0:
             return
         marker = self._marker(segment, header)
-        self.update_producer_state(header, marker, now_ms=header.max_timestamp)
+        self._update_producer_state(header, marker, now_ms=header.max_timestamp)
 
     def _rebuild_producer_state(self) -> None:
         self.producer_state = ProducerStateManager()
@@ -278,8 +322,14 @@ class FileLog(Log):
             for header in segment.batches():
                 self._replay(segment, 0, header)
 
+    @_storage("update producer state of")
     def update_producer_state(
         self, batch: BatchHeader, marker: EndTxnMarker | None = None, now_ms: int | None = None
+    ) -> CompletedTxn | None:
+        return self._update_producer_state(batch, marker, now_ms)
+
+    def _update_producer_state(
+        self, batch: BatchHeader, marker: EndTxnMarker | None, now_ms: int | None
     ) -> CompletedTxn | None:
         completed = super().update_producer_state(batch, marker, now_ms)
         if (
@@ -317,6 +367,7 @@ class FileLog(Log):
         """The topic's current log settings."""
         return self._settings()
 
+    @_storage("append to")
     def append(self, buffer: bytes, batches: list[BatchHeader]) -> None:
         settings = self._settings()
         size = sum(b.size for b in batches)
@@ -337,6 +388,14 @@ class FileLog(Log):
         self._unflushed += sum(b.last_offset_delta + 1 for b in batches)
         if self._unflushed >= settings.flush_messages:
             self.flush()
+
+    @_storage("append to")
+    def append_as_follower(self, buffer: bytes, batches: list[BatchHeader]) -> None:
+        super().append_as_follower(buffer, batches)
+
+    @_storage("assign a leader epoch in")
+    def maybe_assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
+        super().maybe_assign_epoch_start_offset(epoch, start_offset)
 
     def _roll(self, settings: LogSettings) -> LogSegment:
         """Start a new active segment at the log end; snapshot the producer state there
@@ -361,6 +420,7 @@ class FileLog(Log):
             i -= 1
         return segments[i:]
 
+    @_storage("read")
     def read(
         self, offset: int, max_bytes: int, min_one_batch: bool, max_offset: int | None = None
     ) -> list[Transferable]:
@@ -381,6 +441,7 @@ class FileLog(Log):
             return [segment.region(batch.position, length)] if length > 0 else []
         return []
 
+    @_storage("read aborted transactions of")
     def collect_aborted_transactions(
         self, start_offset: int, upper_bound_offset: int
     ) -> list[AbortedTxn]:
@@ -398,6 +459,7 @@ class FileLog(Log):
             return []
         return list(iter_records(segment.read(batch.position, batch.size)))
 
+    @_storage("search by timestamp in")
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         for segment in self._segments:
             if segment.max_timestamp < timestamp_ms:
@@ -413,6 +475,7 @@ class FileLog(Log):
                     return found
         return None
 
+    @_storage("search the largest timestamp in")
     def max_timestamp(self) -> tuple[int, int] | None:
         segments = [s for s in self._segments if s.size]
         if not segments:
@@ -420,6 +483,7 @@ class FileLog(Log):
         best = max(reversed(segments), key=lambda s: s.max_timestamp)
         return latest_of_max(self._batch_records(best, best.offset_of_max_timestamp))
 
+    @_storage("move the log start offset of")
     def maybe_increment_log_start_offset(self, new_start: int) -> bool:
         """Move the log start offset forward (DeleteRecords, retention); segments wholly
         below it go."""
@@ -431,6 +495,7 @@ class FileLog(Log):
         return True
 
     # retention ---------------------------------------------------------------------------
+    @_storage("apply retention to")
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Kafka's retention: with ``cleanup.policy`` delete, segments past ``retention.ms``
         (by their largest timestamp) and the oldest beyond ``retention.bytes``; always those
@@ -493,6 +558,7 @@ class FileLog(Log):
         return count
 
     # truncation (a follower's divergent tail) ------------------------------------------------
+    @_storage("truncate")
     def truncate_to(self, offset: int) -> bool:
         """Kafka's truncateTo (see :meth:`Log.truncate_to`): the segments whose base offset
         is past ``offset`` go (renamed ``*.deleted`` and retired, as retention's), the last
@@ -554,6 +620,7 @@ class FileLog(Log):
         write_snapshot(self.directory, end, state)
         self.producer_state = state
 
+    @_storage("truncate")
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Kafka's truncateFullyAndStartAt (see :meth:`Log.truncate_fully_and_start_at`):
         every segment is renamed ``*.deleted`` and retired (first, so a new segment may take
@@ -580,6 +647,7 @@ class FileLog(Log):
             self.producer_state = ProducerStateManager(offset)
 
     # compaction -----------------------------------------------------------------------------
+    @_storage("swap cleaned segments into")
     def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> bool:
         """Swap ``cleaned`` (its files suffixed ``.cleaned``, flushed, base offset that of
         ``old[0]``) in for ``old``, consecutive segments below the active one, as Kafka's
@@ -615,6 +683,7 @@ class FileLog(Log):
         return True
 
     # flush and close -----------------------------------------------------------------------
+    @_storage("flush")
     def flush(self, up_to: int | None = None) -> None:
         """fsync the segments holding offsets from the recovery point to ``up_to`` (the
         log end when None); the recovery point moves there."""
@@ -627,17 +696,26 @@ class FileLog(Log):
             self._unflushed = 0
             self._last_flush_ms = _now_ms()
 
+    @_storage("flush")
     def flush_if_due(self, now_ms: int) -> None:
         """The flush scheduler's check: flush when ``flush.ms`` has passed with data."""
         if self._unflushed and now_ms - self._last_flush_ms >= self._settings().flush_ms:
             self.flush()
 
+    @_storage("close")
     def close(self) -> None:
         """A clean stop: flush, snapshot the producer state at the end, close the files."""
         self.flush()
         write_snapshot(self.directory, self._end, self.producer_state)
-        for segment in self._segments:
-            segment.close()
+        self.close_handlers()
+
+    def close_handlers(self) -> None:
+        """Close the files, without a flush or a snapshot (Kafka's closeHandlers: what
+        ``close`` does last, and all that is done for a log whose dir failed)."""
+        with self.lock:
+            self._closed = True
+            for segment in self._segments:
+                segment.close()
 
     def _remove_now(self, segment: LogSegment) -> None:
         segment.close()

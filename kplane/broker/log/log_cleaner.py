@@ -62,6 +62,7 @@ from kplane.broker.config.kafka_config import KafkaConfig
 from kplane.broker.log.file_log import FileLog
 from kplane.broker.log.log import control_marker
 from kplane.broker.log.log_config import LogSettings
+from kplane.broker.log.log_dir_failure_channel import KafkaStorageError
 from kplane.broker.log.offset_map import BYTES_PER_SLOT, OffsetMap
 from kplane.broker.log.partition import TopicPartition
 from kplane.broker.log.segment import CLEANED_SUFFIX, LogSegment
@@ -480,6 +481,9 @@ class LogCleaner:
             except CleaningAbortedError:
                 pass
             except Exception as exc:  # a failed log must not stop the thread
+                if isinstance(exc, OSError) and exc.errno is not None:  # the disk (KIP-112)
+                    action = f"clean {ltc.tp}"
+                    ltc.log.failures.maybe_add_offline_log_dir(ltc.log.log_dir, action, exc)
                 with self._lock:
                     self._mark_uncleanable(ltc.tp, exc)
             finally:
@@ -505,6 +509,8 @@ class LogCleaner:
             for tp, file_log in logs:
                 try:
                     deleted += file_log.delete_old_segments()
+                except KafkaStorageError:
+                    continue  # logged by the failure channel
                 except OSError as exc:
                     log.warning("retention failed", partition=str(tp), reason=str(exc))
         finally:

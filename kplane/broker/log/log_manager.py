@@ -8,6 +8,11 @@ With ``log.cleaner.enable`` the LogCleaner (``broker/log/log_cleaner.py``) compa
 whose cleanup policy contains compact (and applies their retention); each log's first dirty
 offset is kept in its dir's ``cleaner-offset-checkpoint``.
 With ``memory`` the logs live in memory and are gone at exit.
+
+A log dir fails as a whole (KIP-112): an I/O error on any of its files is reported to the
+LogDirFailureChannel, and :meth:`LogManager.handle_log_dir_failure` then takes its logs out
+of service; their partitions stay offline, answering KAFKA_STORAGE_ERROR, until a restart.
+New logs go to the dirs still online.
 """
 
 from __future__ import annotations
@@ -17,18 +22,20 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
 from kplane.broker.config.errors import ConfigException
+from kplane.broker.log.checkpoint_file import OffsetCheckpointFile
 from kplane.broker.log.file_log import FileLog
 from kplane.broker.log.log import Log, MemoryLog
 from kplane.broker.log.log_cleaner import CleanerConfig, LogCleaner
 from kplane.broker.log.log_config import LogSettings
 from kplane.broker.log.log_dir import LogDir, LogDirError
+from kplane.broker.log.log_dir_failure_channel import KafkaStorageError, LogDirFailureChannel
 from kplane.broker.log.partition import Partition, TopicPartition
 from kplane.broker.log.segment import LogSegment
 from kplane.broker.metrics.registry import BrokerMetrics
@@ -66,7 +73,10 @@ class LogManager:
         self._settings = settings
         self._partitions: dict[TopicPartition, Partition] = {}
         self._dirs_of: dict[TopicPartition, LogDir] = {}
+        self._offline: set[TopicPartition] = set()
         self._lock = threading.Lock()
+        self.log_dir_failures = LogDirFailureChannel()
+        """Where an I/O error takes a log dir offline (Kafka's LogDirFailureChannel)."""
         try:
             self.log_dirs = [LogDir(Path(d)) for d in self.config.log_dirs]
         except LogDirError as exc:
@@ -81,6 +91,12 @@ class LogManager:
     @property
     def files(self) -> bool:
         return self.config.storage == FILE
+
+    @property
+    def live_log_dirs(self) -> list[LogDir]:
+        """The log dirs not offline."""
+        failures = self.log_dir_failures
+        return [d for d in self.log_dirs if not failures.is_offline(str(d.path))]
 
     # start-up and shutdown -------------------------------------------------------------
     def lock_dirs(self) -> None:
@@ -173,6 +189,7 @@ class LogManager:
             lambda: self._settings(topic),
             self._retire,
             on_roll=self._flush_rolled,
+            failures=self.log_dir_failures,
             **kwargs,  # type: ignore[arg-type]
         )
 
@@ -189,10 +206,13 @@ class LogManager:
         if self.files:
             with self._lock:
                 for partition in self._partitions.values():
-                    partition.close()
+                    try:
+                        partition.close()
+                    except KafkaStorageError:  # its dir failed just now: logged there
+                        _close_handlers(partition)
                 self.checkpoint_recovery_points()
                 self.checkpoint_log_start_offsets()
-                for log_dir in self.log_dirs:
+                for log_dir in self.live_log_dirs:  # a failed dir is recovered at the next start
                     log_dir.write_clean_shutdown_marker()
         self.unlock_dirs()
 
@@ -207,8 +227,9 @@ class LogManager:
         return self._partitions.get(tp)
 
     def get_or_create(self, tp: TopicPartition) -> Partition:
-        """The hosted partition, created empty when missing (in the log dir holding the
-        fewest partitions, as Kafka places new logs)."""
+        """The hosted partition, created empty when missing (in the live log dir holding
+        the fewest partitions, as Kafka places new logs). KafkaStorageError for a partition
+        in an offline log dir, or when its log cannot be created."""
         partition = self._partitions.get(tp)
         if partition is None:
             with self._lock:
@@ -219,14 +240,44 @@ class LogManager:
         return partition
 
     def _new_log(self, tp: TopicPartition) -> Log:
+        if tp in self._offline:
+            raise KafkaStorageError(f"{tp} is in an offline log dir")
         if not self.files:
             return MemoryLog()
-        counts = {id(d): 0 for d in self.log_dirs}
+        live = self.live_log_dirs
+        if not live:
+            raise KafkaStorageError(f"no log dir is online to create {tp} in")
+        counts = {id(d): 0 for d in live}
         for log_dir in self._dirs_of.values():
-            counts[id(log_dir)] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[id(d)])
+            if id(log_dir) in counts:
+                counts[id(log_dir)] += 1
+        log_dir = min(live, key=lambda d: counts[id(d)])
+        try:
+            file_log = self._file_log(tp, log_dir.path / str(tp))
+        except OSError as exc:
+            self.log_dir_failures.maybe_add_offline_log_dir(str(log_dir.path), f"create {tp}", exc)
+            raise KafkaStorageError(f"{tp} cannot be created in {log_dir.path}") from None
         self._dirs_of[tp] = log_dir
-        return self._file_log(tp, log_dir.path / str(tp))
+        return file_log
+
+    def is_offline(self, tp: TopicPartition) -> bool:
+        """Whether ``tp``'s log was in a log dir that failed (Kafka's HostedPartition.Offline)."""
+        return tp in self._offline
+
+    def handle_log_dir_failure(self, log_dir: str) -> list[TopicPartition]:
+        """Kafka's LogManager.handleLogDirFailure: the logs in ``log_dir`` (offline in the
+        failure channel) leave service, their files closed without a flush; their
+        partitions stay offline until a restart. Returns them."""
+        with self._lock:
+            gone = [tp for tp, d in self._dirs_of.items() if str(d.path) == log_dir]
+            partitions = [p for tp in gone if (p := self._partitions.pop(tp, None)) is not None]
+            for tp in gone:
+                del self._dirs_of[tp]
+            self._offline.update(gone)
+        for partition in partitions:
+            _close_handlers(partition)
+        log.warning("logs offline: their log dir failed", log_dir=log_dir, partitions=len(gone))
+        return gone
 
     def delete(self, tp: TopicPartition) -> bool:
         """Drop one partition and its log (its directory renamed ``*-delete`` and removed
@@ -284,7 +335,12 @@ class LogManager:
     def _flush_rolled(self, file_log: FileLog, up_to: int) -> None:
         """After a roll, the segments before it are flushed in the background and the
         recovery point moves to the new segment (Kafka's flush on roll)."""
-        self._later("flush-log", lambda: file_log.flush(up_to), 0)
+
+        def flush() -> None:
+            with contextlib.suppress(KafkaStorageError):  # logged by the failure channel
+                file_log.flush(up_to)
+
+        self._later("flush-log", flush, 0)
 
     def cleanup_logs(self) -> int:
         """Retention over every log (kafka-log-retention); segments deleted."""
@@ -295,6 +351,8 @@ class LogManager:
                 continue  # the cleaner threads apply a compacted log's retention (Kafka's way)
             try:
                 deleted += file_log.delete_old_segments(now)
+            except KafkaStorageError:
+                continue  # logged by the failure channel
             except OSError as exc:
                 log.warning("retention failed", partition=str(tp), reason=str(exc))
         if deleted:
@@ -304,7 +362,8 @@ class LogManager:
     def _flush_due(self) -> None:
         now = time.time_ns() // 1_000_000
         for _, file_log, _ in self._file_logs():
-            file_log.flush_if_due(now)
+            with contextlib.suppress(KafkaStorageError):  # logged by the failure channel
+                file_log.flush_if_due(now)
 
     def _per_dir(self, value: Callable[[FileLog], int]) -> dict[int, dict[tuple[str, int], int]]:
         out: dict[int, dict[tuple[str, int], int]] = {id(d): {} for d in self.log_dirs}
@@ -317,8 +376,8 @@ class LogManager:
         if not self.files:
             return
         points = self._per_dir(lambda f: f.recovery_point)
-        for log_dir in self.log_dirs:
-            log_dir.recovery_points.write(points[id(log_dir)])
+        for log_dir in self.live_log_dirs:
+            self._write_checkpoint(log_dir, log_dir.recovery_points, points[id(log_dir)])
 
     def checkpoint_log_start_offsets(self) -> None:
         """Write each log dir's ``log-start-offset-checkpoint`` (Kafka writes the offsets
@@ -326,8 +385,21 @@ class LogManager:
         if not self.files:
             return
         starts = self._per_dir(lambda f: f.log_start_offset)
-        for log_dir in self.log_dirs:
-            log_dir.log_start_offsets.write(starts[id(log_dir)])
+        for log_dir in self.live_log_dirs:
+            self._write_checkpoint(log_dir, log_dir.log_start_offsets, starts[id(log_dir)])
+
+    def _write_checkpoint(
+        self,
+        log_dir: LogDir,
+        checkpoint: OffsetCheckpointFile,
+        entries: Mapping[tuple[str, int], int],
+    ) -> None:
+        """Write one of ``log_dir``'s checkpoints; an I/O error takes the dir offline."""
+        try:
+            checkpoint.write(entries)
+        except OSError as exc:
+            action = f"write {checkpoint.path.name}"
+            self.log_dir_failures.maybe_add_offline_log_dir(str(log_dir.path), action, exc)
 
     # truncation (a follower's divergent tail) ----------------------------------------------
     def truncate_to(self, tp: TopicPartition, offset: int) -> bool:
@@ -426,4 +498,11 @@ class LogManager:
 
     def _write_cleaner_offsets(self, log_dir: LogDir) -> None:
         with self._cleaner_offsets_lock:
-            log_dir.cleaner_offsets.write(dict(self._cleaner_offsets.get(id(log_dir), {})))
+            entries = dict(self._cleaner_offsets.get(id(log_dir), {}))
+            self._write_checkpoint(log_dir, log_dir.cleaner_offsets, entries)
+
+
+def _close_handlers(partition: Partition) -> None:
+    """Close a partition's files without a flush (its log dir failed)."""
+    if isinstance(partition.log, FileLog):
+        partition.log.close_handlers()
