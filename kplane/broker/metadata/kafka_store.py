@@ -22,6 +22,9 @@ from kplane.broker.metadata.store import (
 
 PRODUCER_ID_BLOCK_SIZE = 1000
 CONFIG_CHANGE_RETENTION_MS = 15 * 60 * 1000
+LOG_DIR_EVENT_PATH = "/log_dir_event_notification"
+LOG_DIR_FAILURE_EVENT = 1
+"""Kafka's LogDirEventNotification ``event`` for a failed log dir (the only one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +315,42 @@ class KafkaMetadataClient:
         except NoNodeError:
             return None
         return PartitionStateRecord.from_json(data, stat.version)
+
+    # log dir failures (KIP-112) --------------------------------------------------------
+    def propagate_log_dir_event(self, broker_id: int) -> None:
+        """Tell the controller a log dir of ``broker_id`` failed: a sequential node under
+        ``/log_dir_event_notification`` as Kafka writes it."""
+        self.store.create(
+            f"{LOG_DIR_EVENT_PATH}/log_dir_event_",
+            json.dumps(
+                {"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT}
+            ).encode(),
+            makepath=True,
+            sequential=True,
+        )
+
+    def log_dir_event_notifications(self) -> list[tuple[str, int]]:
+        """(node name, broker id) of every pending log dir failure notification, oldest
+        first; a node that does not parse is named with broker id -1."""
+        try:
+            names = self.store.get_children(LOG_DIR_EVENT_PATH)
+        except NoNodeError:
+            return []
+        out = []
+        for name in sorted(names):
+            try:
+                doc = json.loads(self.store.get(f"{LOG_DIR_EVENT_PATH}/{name}")[0])
+                out.append((name, int(doc["broker"])))
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, TypeError):
+                out.append((name, -1))
+        return out
+
+    def delete_log_dir_event_notification(self, name: str) -> None:
+        """Remove one processed log dir failure notification."""
+        with contextlib.suppress(NoNodeError):
+            self.store.delete(f"{LOG_DIR_EVENT_PATH}/{name}")
 
     # configs -------------------------------------------------------------------------
     def get_entity_config(self, entity_type: str, name: str) -> dict[str, str]:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kplane.broker.log.log_dir_failure_channel import KafkaStorageError
 from kplane.broker.log.partition import TopicPartition
 from kplane.broker.metadata.cache import MetadataCache
 from kplane.broker.server.context import Handler, RequestContext
@@ -77,12 +78,15 @@ class DelayedFetch(DelayedOperation):
                 return self.force_complete()
             bound = fetchable_end(partition, isolation_level)
             if spec.offset < bound and not self.apis.held_back(self.ctx, spec.tp):
-                views = partition.log.read(
-                    spec.offset,
-                    spec.max_bytes,
-                    True,
-                    None if isolation_level == FETCH_LOG_END else bound,
-                )
+                try:
+                    views = partition.log.read(
+                        spec.offset,
+                        spec.max_bytes,
+                        True,
+                        None if isolation_level == FETCH_LOG_END else bound,
+                    )
+                except KafkaStorageError:  # its log dir failed: answer the error
+                    return self.force_complete()
                 available += sum(len(v) for v in views)
                 if available >= min_bytes:
                     return self.force_complete()
@@ -332,10 +336,14 @@ class FetchApis:
             return ErrorCode.none, log_.log_start_offset, -1, epoch
         if timestamp == LATEST_TIERED_TIMESTAMP:
             return ErrorCode.none, log_.log_start_offset - 1, -1, epoch
-        if timestamp == MAX_TIMESTAMP:
-            found = log_.max_timestamp()
-        else:
-            found = log_.offset_for_timestamp(timestamp)
+        try:
+            found = (
+                log_.max_timestamp()
+                if timestamp == MAX_TIMESTAMP
+                else log_.offset_for_timestamp(timestamp)
+            )
+        except KafkaStorageError as exc:
+            return exc.code, -1, -1, -1
         if found is None or found[0] >= fetchable:
             return ErrorCode.none, -1, -1, epoch
         return ErrorCode.none, found[0], found[1], epoch

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import _thread
 import dataclasses
+import signal
 import threading
 import time
 import uuid
@@ -19,6 +21,7 @@ from kplane.broker.group.coordinator import GroupConfig, GroupCoordinator
 from kplane.broker.group.placement import coordinator_for, partition_leader
 from kplane.broker.log.log_cleaner import CleanerConfig
 from kplane.broker.log.log_config import LogConfigs
+from kplane.broker.log.log_dir_failure_channel import LogDirFailureHandler
 from kplane.broker.log.log_manager import LogManager, LogManagerConfig
 from kplane.broker.log.partition import TopicPartition
 from kplane.broker.metadata.cache import MetadataCache
@@ -220,6 +223,7 @@ class KafkaServer:
             lambda tp, record: self.client.update_isr(tp.topic, tp.partition, record),
         )
         self._start_replication(config)
+        self._start_log_dir_failure_handler()
         self.admin = AdminManager(
             self.client,
             self.cache,
@@ -292,6 +296,35 @@ class KafkaServer:
             lag_ms / 2,
             lag_ms / 2,
         )
+
+    def _start_log_dir_failure_handler(self) -> None:
+        """The thread that takes each failed log dir out of service (KIP-112)."""
+        if not self.log_manager.files:
+            return
+        handler = LogDirFailureHandler(self.log_manager.log_dir_failures, self._on_log_dir_failure)
+        self.lifecycle.on_shutdown("stop log dir failure handler", handler.shutdown)
+        handler.start()
+
+    def _on_log_dir_failure(self, log_dir: str) -> None:
+        """Kafka's handleLogDirFailure: the dir's replicas stop being served; while another
+        log dir is online the controller is told (it moves their leaderships away), else the
+        broker shuts down."""
+        self.replica_manager.handle_log_dir_failure(log_dir)
+        if self.log_manager.live_log_dirs:
+            self.client.propagate_log_dir_event(self.broker_id)
+            return
+        log.error(
+            "shutdown broker because all log dirs have failed",
+            broker_id=self.broker_id,
+            log_dirs=[str(d.path) for d in self.log_manager.log_dirs],
+        )
+        threading.Thread(target=self._halt, name="log-dirs-failed-shutdown").start()
+
+    def _halt(self) -> None:
+        """Stop, then ask the process to stop as SIGTERM does (Kafka halts): ``kplane serve``
+        exits; a process without a Python SIGTERM handler (a test's) keeps running."""
+        self.shutdown()
+        _thread.interrupt_main(signal.SIGTERM)
 
     def _replication_quota(self, side: str, window_num: int, window_s: int) -> ReplicationQuota:
         """The ``leader`` or ``follower`` replication throttle: its rate a dynamic broker

@@ -8,7 +8,9 @@ for its latest epoch and truncates where the logs diverge (KIP-101; to the high 
 when its log has no epochs). Then it sends Fetch requests with its broker id as
 ``replica_id`` (``replica.fetch.*``): the leader answers from its log end, and the records
 are appended as they are, offsets and all. A partition the leader refuses (not the leader,
-a fenced epoch) waits ``replica.fetch.backoff.ms`` for the controller's next decision.
+a fenced epoch) waits ``replica.fetch.backoff.ms`` for the controller's next decision; one
+whose log dir failed here (KAFKA_STORAGE_ERROR) is no longer fetched. Failed fetches and
+refused partitions are logged once per interval with a count.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from typing import Any
 import structlog
 
 from kplane.broker.config.kafka_config import KafkaConfig
+from kplane.broker.log.log_dir_failure_channel import KafkaStorageError
 from kplane.broker.log.log_manager import LogManager
 from kplane.broker.log.partition import Partition, TopicPartition
 from kplane.broker.metadata.cache import MetadataCache
 from kplane.broker.network.broker_channels import client_config_for
 from kplane.broker.server.replication_quota import ReplicationQuota
+from kplane.broker.utils.interval_log import IntervalWarning
 from kplane.common.network.connection import BrokerConnection
 from kplane.common.network.security import client_ssl_context
 from kplane.protocol import api
@@ -92,6 +96,8 @@ class ReplicaFetcherThread:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
+        self._failed = IntervalWarning("replica fetch failed, retrying")
+        self._refused = IntervalWarning("replica fetch of a partition refused, backing off")
         self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
         self._started = threading.Event()
         self._thread.start()
@@ -170,11 +176,7 @@ class ReplicaFetcherThread:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    log.warning(
-                        "replica fetch failed, retrying",
-                        fetcher=self.name,
-                        reason=str(exc) or type(exc).__name__,
-                    )
+                    self._failed.record(fetcher=self.name, reason=str(exc) or type(exc).__name__)
                     self._close()
                     await asyncio.sleep(self.manager.config.backoff_ms / 1000)
         finally:
@@ -191,12 +193,7 @@ class ReplicaFetcherThread:
         return max(0.01, min(delays) - time.monotonic()) if delays else 1.0
 
     def _delay(self, tp: TopicPartition, fetched: _Fetched, error: ErrorCode) -> None:
-        log.info(
-            "replica fetch of a partition refused, backing off",
-            partition=str(tp),
-            leader=self.leader,
-            error=error.name,
-        )
+        self._refused.record(partition=str(tp), leader=self.leader, error=error.name)
         fetched.delayed_until = time.monotonic() + self.manager.config.backoff_ms / 1000
 
     async def _connect(self) -> BrokerConnection:
@@ -236,8 +233,7 @@ class ReplicaFetcherThread:
         asked = {tp: f for tp, f in partitions.items() if f.partition.log.latest_epoch >= 0}
         for tp, f in partitions.items():
             if tp not in asked:
-                self.manager.truncate(f.partition, f.partition.high_watermark)
-                f.truncating = False
+                self._truncate_to(tp, f, f.partition.high_watermark)
         if not asked:
             return
         manager = self.manager
@@ -279,10 +275,18 @@ class ReplicaFetcherThread:
                     self._delay(tp, target, error)
                     continue
                 partition = target.partition
-                self.manager.truncate(
-                    partition, partition.divergence_offset(int(p.leader_epoch), int(p.end_offset))
+                self._truncate_to(
+                    tp, target, partition.divergence_offset(int(p.leader_epoch), int(p.end_offset))
                 )
-                target.truncating = False
+
+    def _truncate_to(self, tp: TopicPartition, f: _Fetched, offset: int) -> None:
+        """Cut ``tp``'s log at ``offset``, then fetch it; not at all once its log dir failed."""
+        try:
+            self.manager.truncate(f.partition, offset)
+        except KafkaStorageError:
+            self.remove(tp)  # the log dir failure handler takes it from here
+            return
+        f.truncating = False
 
     # fetching -------------------------------------------------------------------------
     async def _fetch(
@@ -338,7 +342,10 @@ class ReplicaFetcherThread:
                     f = self._partitions.get(tp)
                 if f is None or f is not partitions.get(tp):
                     continue  # removed or re-added meanwhile
-                self._on_partition(tp, f, p, offsets[tp])
+                try:
+                    self._on_partition(tp, f, p, offsets[tp])
+                except KafkaStorageError:
+                    self.remove(tp)  # the log dir failure handler takes it from here
 
     def _on_partition(self, tp: TopicPartition, f: _Fetched, p: Any, offset: int) -> None:
         error = ErrorCode(int(p.error_code))

@@ -12,6 +12,7 @@ import structlog
 
 from kplane.broker.log.log import LogAppendInfo, next_offset_after
 from kplane.broker.log.log_config import LogConfigs
+from kplane.broker.log.log_dir_failure_channel import KafkaStorageError
 from kplane.broker.log.log_manager import LogManager
 from kplane.broker.log.partition import Partition, ReplicaAssignment, TopicPartition
 from kplane.broker.log.producer_state import ProducerInfo
@@ -134,7 +135,11 @@ class ReplicaManager:
             demoted: list[TopicPartition] = []
             for state in states:
                 a = state.assignment
-                partition = self.log_manager.get_or_create(state.tp)
+                try:
+                    partition = self.log_manager.get_or_create(state.tp)
+                except KafkaStorageError as exc:  # an offline log dir (KIP-112)
+                    errors[state.tp] = exc.code
+                    continue
                 current = (partition.leader_epoch, partition.partition_epoch)
                 if partition.leader_id != -1 and (a.leader_epoch, a.partition_epoch) <= current:
                     log.info(
@@ -146,7 +151,11 @@ class ReplicaManager:
                     errors[state.tp] = ErrorCode.stale_controller_epoch
                     continue
                 if a.leader == self.broker_id:
-                    partition.make_leader(self.broker_id, a)
+                    try:
+                        partition.make_leader(self.broker_id, a)
+                    except KafkaStorageError as exc:
+                        errors[state.tp] = exc.code
+                        continue
                     led.append(state.tp)
                 else:
                     partition.make_follower(self.broker_id, a)
@@ -217,6 +226,8 @@ class ReplicaManager:
                 "This server does not host this topic-partition.",
             )
         partition = self.log_manager.get(tp)
+        if partition is None and self.log_manager.is_offline(tp):
+            raise KafkaStorageError(f"{tp} is in an offline log dir")
         if partition is not None and current_leader_epoch >= 0:
             local = partition.leader_epoch
             if local != current_leader_epoch:
@@ -426,6 +437,19 @@ class ReplicaManager:
         KafkaError as :meth:`leader_partition` raises it."""
         return self.leader_partition(tp).active_producers()
 
+    # log dir failures (KIP-112) ------------------------------------------------------
+    def handle_log_dir_failure(self, log_dir: str) -> list[TopicPartition]:
+        """Kafka's handleLogDirFailure: stop serving the replicas in ``log_dir`` — no longer
+        fetched as a follower, their logs offline (KAFKA_STORAGE_ERROR from now on), their
+        parked Produces and Fetches answered. Returns their partitions."""
+        with self._state_lock:
+            offline = self.log_manager.handle_log_dir_failure(log_dir)
+            if self.fetchers is not None:
+                self.fetchers.remove_partitions(offline)
+        for tp in offline:
+            self._complete_delayed_requests(tp)
+        return offline
+
     # DeleteRecords ---------------------------------------------------------------------
     def delete_records(self, tp: TopicPartition, offset: int) -> tuple[ErrorCode, int]:
         """Move the log start offset of a partition this broker leads to ``offset`` (-1:
@@ -440,7 +464,11 @@ class ReplicaManager:
         target = hw if offset == -1 else offset
         if target < 0 or target > hw:
             return ErrorCode.offset_out_of_range, -1
-        if partition.log.maybe_increment_log_start_offset(target):
+        try:
+            moved = partition.log.maybe_increment_log_start_offset(target)
+        except KafkaStorageError as exc:
+            return exc.code, -1
+        if moved:
             self.log_manager.checkpoint_log_start_offsets()
         return ErrorCode.none, partition.log.log_start_offset
 
@@ -477,18 +505,21 @@ class ReplicaManager:
             return result
         committed = isolation_level == READ_COMMITTED
         bound = fetchable_end(partition, isolation_level)
-        if offset < bound and max_bytes > 0:
-            result.views = log_.read(
-                offset,
-                max_bytes,
-                min_one_batch,
-                None if isolation_level == FETCH_LOG_END else bound,
-            )
-        if committed:
-            upper = next_offset_after(result.views) if result.views else None
-            result.aborted_transactions = log_.collect_aborted_transactions(
-                offset, lso if upper is None else upper
-            )
+        try:
+            if offset < bound and max_bytes > 0:
+                result.views = log_.read(
+                    offset,
+                    max_bytes,
+                    min_one_batch,
+                    None if isolation_level == FETCH_LOG_END else bound,
+                )
+            if committed:
+                upper = next_offset_after(result.views) if result.views else None
+                result.aborted_transactions = log_.collect_aborted_transactions(
+                    offset, lso if upper is None else upper
+                )
+        except KafkaStorageError as exc:
+            return ReadResult(exc.code)
         return result
 
 
