@@ -29,6 +29,7 @@ from collections.abc import Callable
 import structlog
 
 from kplane.broker.controller.channel_manager import ControllerChannelManager
+from kplane.broker.controller.log_dir_events import LogDirEventHandler
 from kplane.broker.controller.requests import (
     LEADER_DURING_DELETE,
     PartitionState,
@@ -77,6 +78,8 @@ class KafkaController:
         self._watching = False
         self._shutting_down: set[int] = set()
         """Brokers in controlled shutdown: never elected, out of every ISR."""
+        self.log_dir_events = LogDirEventHandler(self)
+        """The brokers' failed log dirs and the replicas they took offline (KIP-112)."""
 
     # election ------------------------------------------------------------------------
     def startup(self) -> None:
@@ -168,6 +171,7 @@ class KafkaController:
         full = list(self._states.values())
         self._send_leader_and_isr(full, full=True)
         self._send_update_metadata(full)
+        self.log_dir_events.startup()
 
     def _watch_broker(self, broker_id: int) -> None:
         if broker_id not in self._watched_brokers:
@@ -190,6 +194,7 @@ class KafkaController:
             joined = [b for i, b in current.items() if self._brokers.get(i) != b]
             self._brokers = current
             self._shutting_down -= gone | {b.broker_id for b in joined}
+            self.log_dir_events.brokers_gone(gone)
             for broker_id in sorted(gone):
                 self.channels.remove_broker(broker_id)
                 log.info("broker gone", broker_id=broker_id)
@@ -665,7 +670,9 @@ class KafkaController:
 
     def _update_metadata(self, states: list[PartitionState]) -> Callable:
         brokers = [self._brokers[i] for i in sorted(self._brokers)]
-        return update_metadata(self.broker_id, self.epoch, states, brokers)
+        return self.log_dir_events.with_offline_replicas(
+            update_metadata(self.broker_id, self.epoch, states, brokers)
+        )
 
     def _send_leader_and_isr(self, states: list[PartitionState], full: bool = False) -> None:
         by_broker: dict[int, list[PartitionState]] = {}
