@@ -17,11 +17,17 @@ from kazoo.client import KazooClient
 
 from kplane.broker.metadata.store import (
     BadVersionError,
+    CheckOp,
+    CreateOp,
+    DeleteOp,
     EmbeddedMetadataStore,
     MetadataStore,
+    MultiOpError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
+    SetDataOp,
+    Stat,
 )
 from kplane.broker.metadata.zk_store import ZooKeeperMetadataStore, split_connect
 from kplane.tools.zookeeper import ZooKeeperServer
@@ -309,6 +315,87 @@ def test_several_watchers_on_one_path(store: MetadataStore) -> None:
     second.wait_for(1)
     store.set("/m", b"x")
     assert data.wait_for(1) == ["/m"]
+
+
+# multi -----------------------------------------------------------------------------------
+
+
+def test_multi_applies_every_op_in_order(store: MetadataStore) -> None:
+    store.create("/m", b"0")
+    store.create("/m/old")
+    results = store.multi(
+        [
+            CheckOp("/m", 0),
+            CreateOp("/m/a", b"a"),
+            SetDataOp("/m/a", b"a2", 0),  # an op sees the ones before it
+            SetDataOp("/m", b"1"),
+            CreateOp("/m/seq-", b"s", sequential=True),
+            DeleteOp("/m/old", 0),
+            CheckOp("/m"),  # any version
+        ]
+    )
+    assert results[0] is None and results[1] == "/m/a" and results[4] == "/m/seq-0000000002"
+    assert isinstance(results[2], Stat) and results[2].version == 1
+    assert isinstance(results[3], Stat) and results[3].version == 1
+    assert results[5:] == [None, None]
+    assert store.get("/m/a")[0] == b"a2"
+    assert store.get("/m")[0] == b"1"
+    assert store.get_children("/m") == ["a", "seq-0000000002"]
+    assert store.get("/m")[1].cversion == 4  # two creations, one deletion, before: one
+
+
+@pytest.mark.parametrize(
+    ("ops", "index", "error"),
+    [
+        ([CheckOp("/m", 1), SetDataOp("/m", b"x")], 0, BadVersionError),
+        ([CreateOp("/m/b"), SetDataOp("/m", b"x", 5)], 1, BadVersionError),
+        ([CreateOp("/m/b"), CheckOp("/missing")], 1, NoNodeError),
+        ([SetDataOp("/m", b"x"), CreateOp("/m/a")], 1, NodeExistsError),
+        ([CreateOp("/m/b"), CreateOp("/no/parent")], 1, NoNodeError),
+        ([SetDataOp("/m", b"x"), DeleteOp("/m")], 1, NotEmptyError),
+        ([CreateOp("/m/b"), DeleteOp("/m/a", 3)], 1, BadVersionError),
+    ],
+)
+def test_multi_applies_nothing_when_an_op_fails(
+    backend: Backend, store: MetadataStore, ops: list, index: int, error: type[Exception]
+) -> None:
+    store.create("/m", b"0")
+    store.create("/m/a", b"a")
+    before = store.get("/m"), store.get("/m/a"), store.get_children("/m")
+    with pytest.raises(MultiOpError) as failed:
+        store.multi(ops)
+    assert failed.value.index == index
+    assert isinstance(failed.value.error, error)
+    assert (store.get("/m"), store.get("/m/a"), store.get_children("/m")) == before
+    # the child counter too: the next sequential name is the one it would have been
+    assert store.create("/m/seq-", sequential=True) == "/m/seq-0000000001"
+    if backend.kind == "embedded":  # and nothing of it was logged
+        store.close()
+        reopened = backend.open()
+        assert reopened.get_children("/m") == ["a", "seq-0000000001"]
+        assert reopened.get("/m")[0] == b"0"
+
+
+def test_multi_is_one_durable_change_watchers_see(backend: Backend, store: MetadataStore) -> None:
+    store.create("/m", b"0")
+    data, children = Calls(), Calls()
+    store.watch_data("/m", data)
+    store.watch_children("/m", children)
+    store.multi([CheckOp("/m", 0), CreateOp("/m/x", b"x"), SetDataOp("/m", b"1", 0)])
+    data.wait_for(1)
+    children.wait_for(1)
+    if backend.kind == "embedded":
+        store.close()
+        reopened = backend.open()
+        assert reopened.get("/m/x")[0] == b"x"
+        assert (reopened.get("/m")[0], reopened.get("/m")[1].version) == (b"1", 1)
+
+
+def test_an_ephemeral_node_in_a_multi(backend: Backend, store: MetadataStore) -> None:
+    store.create("/e", b"0")
+    store.multi([CreateOp("/e/owner", b"me", ephemeral=True), SetDataOp("/e", b"1", 0)])
+    stat = store.exists("/e/owner")
+    assert stat is not None and stat.ephemeral
 
 
 # ZooKeeper only ----------------------------------------------------------------------------

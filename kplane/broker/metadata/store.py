@@ -13,9 +13,10 @@ import dataclasses
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 import structlog
 
@@ -51,6 +52,54 @@ class NotEmptyError(StoreError):
 
 class BadVersionError(StoreError):
     """A conditional update saw another version."""
+
+
+class MultiOpError(StoreError):
+    """An op of a ``multi`` failed, so none of them was applied: ``index`` is its place in
+    the list, ``error`` what it failed with (NoNodeError, BadVersionError, ...)."""
+
+    def __init__(self, index: int, error: StoreError) -> None:
+        super().__init__(f"op {index} failed: {error!r}")
+        self.index = index
+        self.error = error
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOp:
+    """A multi's condition: ``path`` exists at ``version`` (-1: at any version)."""
+
+    path: str
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CreateOp:
+    """Create ``path`` (its parent must exist: a multi makes no parents)."""
+
+    path: str
+    data: bytes = b""
+    ephemeral: bool = False
+    sequential: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SetDataOp:
+    """Replace the data of ``path``; with ``version`` >= 0 only if it still matches."""
+
+    path: str
+    data: bytes
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteOp:
+    """Delete the childless ``path``; with ``version`` >= 0 only if it still matches."""
+
+    path: str
+    version: int = -1
+
+
+StoreOp = CheckOp | CreateOp | SetDataOp | DeleteOp
 
 
 @dataclass(slots=True)
@@ -109,6 +158,12 @@ class MetadataStore(ABC):
         """Call ``watcher(path)`` whenever ``path`` is created, changed or deleted."""
 
     @abstractmethod
+    def multi(self, ops: Sequence[StoreOp]) -> list[str | Stat | None]:
+        """Apply ``ops`` in order, all or none (ZooKeeper's multi): each op's result (the
+        path created, the new Stat, None for a check or a delete), or MultiOpError naming
+        the first op that failed."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release the store; ephemeral nodes of this session disappear."""
 
@@ -134,6 +189,31 @@ class _Node:
     data: bytes
     stat: Stat
     children: dict[str, _Node] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Change:
+    """A change applied to the tree under the lock: its result, the watchers it calls, its
+    log records, and how to take it back (a later op of its multi failed)."""
+
+    result: str | Stat | None
+    fired: list[tuple[dict[str, list[Watcher]], str]]
+    records: list[Op]
+    undo: Callable[[], None]
+
+
+def _nothing() -> None:
+    """The undo of a change that changed nothing."""
+
+
+def _join(parent: str, name: str) -> str:
+    return f"{parent.rstrip('/')}/{name}"
+
+
+def _child_name(parent: _Node, name: str, sequential: bool) -> str:
+    """``name``, with ZooKeeper's ten-digit counter of the parent's child creations when
+    ``sequential``."""
+    return f"{name}{parent.stat.cversion:010d}" if sequential else name
 
 
 def _split(path: str) -> list[str]:
@@ -177,6 +257,8 @@ class EmbeddedMetadataStore(MetadataStore):
     def _changed(self, ops: list[Op]) -> None:
         """Record changes already made to the tree (under the lock); durable at once, or
         at the end of this thread's batch."""
+        if not ops:  # an ephemeral node alone is not persisted
+            return
         self._pending.extend(ops)
         if not getattr(self._batching, "depth", 0):
             self._commit()
@@ -248,51 +330,11 @@ class EmbeddedMetadataStore(MetadataStore):
         makepath: bool = False,
         sequential: bool = False,
     ) -> str:
-        parts = _split(path)
-        if not parts:
-            raise NodeExistsError(path)
-        fired: list[tuple[dict[str, list[Watcher]], str]] = []
         with self._lock:
-            node = self._root
-            walked = ""
-            created: list[tuple[str, _Node]] = []  # parents made on the way
-            for part in parts[:-1]:
-                child = node.children.get(part)
-                if child is None:
-                    if not makepath:
-                        raise NoNodeError(path)
-                    if not created:
-                        anchor = walked or "/", node
-                    now = _now_ms()
-                    child = _Node(b"", Stat(0, False, now, now))
-                    node.children[part] = child
-                    node.stat.cversion += 1
-                    fired.append((self._child_watchers, walked or "/"))
-                    created.append((walked + "/" + part, child))
-                node = child
-                walked += "/" + part
-            if sequential:
-                parts[-1] += f"{node.stat.cversion:010d}"
-                path = walked + "/" + parts[-1]
-            if parts[-1] in node.children:
-                raise NodeExistsError(path)
-            if not created:
-                anchor = walked or "/", node
-            now = _now_ms()
-            new = _Node(data, Stat(0, ephemeral, now, now))
-            node.children[parts[-1]] = new
-            node.stat.cversion += 1
-            fired.append((self._child_watchers, walked or "/"))
-            fired.append((self._data_watchers, path))
-            if not ephemeral:
-                created.append((path, new))
-            if created:  # an ephemeral node alone is not persisted, nor its parent's cversion
-                self._changed(
-                    [["cversion", anchor[0], anchor[1].stat.cversion]]
-                    + [["put", p, _image(n)] for p, n in created]
-                )
-        self._fire(fired)
-        return path
+            change = self._apply_create(path, data, ephemeral, makepath, sequential)
+            self._changed(change.records)
+        self._fire(change.fired)
+        return cast(str, change.result)
 
     def get(self, path: str) -> tuple[bytes, Stat]:
         with self._lock:
@@ -301,33 +343,135 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         with self._lock:
-            node = self._find(path)
-            if version >= 0 and node.stat.version != version:
-                raise BadVersionError(path)
-            node.data = data
-            node.stat.version += 1
-            node.stat.mtime_ms = _now_ms()
-            if not node.stat.ephemeral:
-                self._changed([["put", path, _image(node)]])
-            stat = dataclasses.replace(node.stat)
-        self._fire([(self._data_watchers, path)])
-        return stat
+            change = self._apply_set(path, data, version)
+            self._changed(change.records)
+        self._fire(change.fired)
+        return cast(Stat, change.result)
 
     def delete(self, path: str, recursive: bool = False) -> None:
-        parts = _split(path)
         with self._lock:
-            parent = self._find("/" + "/".join(parts[:-1])) if len(parts) > 1 else self._root
-            node = parent.children.get(parts[-1])
-            if node is None:
-                raise NoNodeError(path)
-            if node.children and not recursive:
-                raise NotEmptyError(path)
-            del parent.children[parts[-1]]
-            parent.stat.cversion += 1
-            parent_path = "/" + "/".join(parts[:-1])
-            if not node.stat.ephemeral:
-                self._changed([["delete", path], ["cversion", parent_path, parent.stat.cversion]])
-        self._fire([(self._child_watchers, parent_path), (self._data_watchers, path)])
+            change = self._apply_delete(path, -1, recursive)
+            self._changed(change.records)
+        self._fire(change.fired)
+
+    def multi(self, ops: Sequence[StoreOp]) -> list[str | Stat | None]:
+        changes: list[_Change] = []
+        with self._lock:
+            for index, op in enumerate(ops):
+                try:
+                    changes.append(self._apply(op))
+                except StoreError as exc:
+                    for change in reversed(changes):
+                        change.undo()
+                    raise MultiOpError(index, exc) from exc
+            self._changed([record for c in changes for record in c.records])
+        self._fire([event for c in changes for event in c.fired])
+        return [c.result for c in changes]
+
+    # changes (under the lock) ---------------------------------------------------------
+    def _apply(self, op: StoreOp) -> _Change:
+        if isinstance(op, CheckOp):
+            node = self._find(op.path)
+            if op.version >= 0 and node.stat.version != op.version:
+                raise BadVersionError(op.path)
+            return _Change(None, [], [], _nothing)
+        if isinstance(op, CreateOp):
+            return self._apply_create(op.path, op.data, op.ephemeral, False, op.sequential)
+        if isinstance(op, SetDataOp):
+            return self._apply_set(op.path, op.data, op.version)
+        return self._apply_delete(op.path, op.version, False)
+
+    def _apply_create(
+        self, path: str, data: bytes, ephemeral: bool, makepath: bool, sequential: bool
+    ) -> _Change:
+        parts = _split(path)
+        if not parts:
+            raise NodeExistsError(path)
+        node, depth = self._root, 0
+        while depth < len(parts) - 1 and (child := node.children.get(parts[depth])) is not None:
+            node, depth = child, depth + 1
+        if depth < len(parts) - 1 and not makepath:
+            raise NoNodeError(path)
+        walked = "/" + "/".join(parts[:depth])
+        if depth == len(parts) - 1:  # the parent exists: the node must not
+            name = _child_name(node, parts[-1], sequential)
+            if name in node.children:
+                raise NodeExistsError(_join(walked, name))
+        anchor = walked, node  # the first node whose children change
+        inserted: list[tuple[_Node, str, int]] = []  # (parent, name, its cversion before)
+        fired: list[tuple[dict[str, list[Watcher]], str]] = []
+        persisted: list[tuple[str, _Node]] = []  # the parents made on the way, and the node
+        now = _now_ms()
+        for part in parts[depth:-1]:
+            parent = _Node(b"", Stat(0, False, now, now))
+            inserted.append((node, part, node.stat.cversion))
+            node.children[part] = parent
+            node.stat.cversion += 1
+            fired.append((self._child_watchers, walked))
+            walked = _join(walked, part)
+            persisted.append((walked, parent))
+            node = parent
+        name = _child_name(node, parts[-1], sequential)
+        created = _join(walked, name)
+        new = _Node(data, Stat(0, ephemeral, now, now))
+        inserted.append((node, name, node.stat.cversion))
+        node.children[name] = new
+        node.stat.cversion += 1
+        fired += [(self._child_watchers, walked), (self._data_watchers, created)]
+        if not ephemeral:
+            persisted.append((created, new))
+        records: list[Op] = []
+        if persisted:  # an ephemeral node alone is not persisted, nor its parent's cversion
+            records = [["cversion", anchor[0], anchor[1].stat.cversion]]
+            records += [["put", p, _image(n)] for p, n in persisted]
+
+        def undo() -> None:
+            for parent_node, child, cversion in reversed(inserted):
+                del parent_node.children[child]
+                parent_node.stat.cversion = cversion
+
+        return _Change(created, fired, records, undo)
+
+    def _apply_set(self, path: str, data: bytes, version: int) -> _Change:
+        node = self._find(path)
+        if version >= 0 and node.stat.version != version:
+            raise BadVersionError(path)
+        stat = node.stat
+        before = node.data, stat.version, stat.mtime_ms
+        node.data = data
+        stat.version += 1
+        stat.mtime_ms = _now_ms()
+        records: list[Op] = [] if stat.ephemeral else [["put", path, _image(node)]]
+
+        def undo() -> None:
+            node.data, stat.version, stat.mtime_ms = before
+
+        return _Change(dataclasses.replace(stat), [(self._data_watchers, path)], records, undo)
+
+    def _apply_delete(self, path: str, version: int, recursive: bool) -> _Change:
+        parts = _split(path)
+        parent = self._find("/" + "/".join(parts[:-1])) if len(parts) > 1 else self._root
+        node = parent.children.get(parts[-1])
+        if node is None:
+            raise NoNodeError(path)
+        if version >= 0 and node.stat.version != version:
+            raise BadVersionError(path)
+        if node.children and not recursive:
+            raise NotEmptyError(path)
+        cversion = parent.stat.cversion
+        del parent.children[parts[-1]]
+        parent.stat.cversion += 1
+        parent_path = "/" + "/".join(parts[:-1])
+        records: list[Op] = []
+        if not node.stat.ephemeral:
+            records = [["delete", path], ["cversion", parent_path, parent.stat.cversion]]
+
+        def undo() -> None:
+            parent.children[parts[-1]] = node
+            parent.stat.cversion = cversion
+
+        fired = [(self._child_watchers, parent_path), (self._data_watchers, path)]
+        return _Change(None, fired, records, undo)
 
     def exists(self, path: str) -> Stat | None:
         try:

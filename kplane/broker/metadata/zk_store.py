@@ -14,7 +14,7 @@ and the callbacks of ``add_session_listener`` run then so the broker can registe
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import structlog
@@ -25,12 +25,17 @@ from kazoo.protocol.states import EventType, KazooState, WatchedEvent, ZnodeStat
 
 from kplane.broker.metadata.store import (
     BadVersionError,
+    CheckOp,
+    CreateOp,
     MetadataStore,
+    MultiOpError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
+    SetDataOp,
     Stat,
     StoreError,
+    StoreOp,
     Watcher,
 )
 
@@ -56,6 +61,16 @@ _MAPPED: tuple[tuple[type[Exception], type[StoreError]], ...] = (
     (kz.KazooException, StoreError),
 )
 _TRANSIENT = (kz.KazooException, KazooTimeoutError)
+_NOT_FAILED = (kz.RolledBackError, kz.RuntimeInconsistency)
+"""What a failed multi answers for its ops before and after the one that failed."""
+
+
+def _store_error(exc: Exception, path: str) -> StoreError | None:
+    """kazoo's error as the store's (None for another exception)."""
+    for kazoo_error, store_error in _MAPPED:
+        if isinstance(exc, kazoo_error):
+            return store_error(path)
+    return None
 
 
 @contextmanager
@@ -64,10 +79,10 @@ def _mapped(path: str) -> Iterator[None]:
     try:
         yield
     except _TRANSIENT as exc:
-        for kazoo_error, store_error in _MAPPED:
-            if isinstance(exc, kazoo_error):
-                raise store_error(path) from exc
-        raise
+        error = _store_error(exc, path)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def _stat(zstat: ZnodeStat) -> Stat:
@@ -78,6 +93,13 @@ def _stat(zstat: ZnodeStat) -> Stat:
         mtime_ms=zstat.mtime,
         cversion=zstat.cversion,
     )
+
+
+def _op_result(result: object) -> str | Stat | None:
+    """A multi's answer for one op: the path created, the new stat, None (check, delete)."""
+    if isinstance(result, ZnodeStat):
+        return _stat(result)
+    return result if isinstance(result, str) else None
 
 
 def split_connect(connect: str) -> tuple[str, str]:
@@ -152,6 +174,25 @@ class ZooKeeperMetadataStore(MetadataStore):
     def get_children(self, path: str) -> list[str]:
         with _mapped(path):
             return sorted(self._client.get_children(path))
+
+    def multi(self, ops: Sequence[StoreOp]) -> list[str | Stat | None]:
+        transaction = self._client.transaction()
+        for op in ops:
+            if isinstance(op, CheckOp):
+                transaction.check(op.path, op.version)
+            elif isinstance(op, CreateOp):
+                transaction.create(op.path, op.data, ephemeral=op.ephemeral, sequence=op.sequential)
+            elif isinstance(op, SetDataOp):
+                transaction.set_data(op.path, op.data, op.version)
+            else:
+                transaction.delete(op.path, op.version)
+        with _mapped(ops[0].path if ops else "/"):
+            results = transaction.commit()
+        for index, result in enumerate(results):
+            if isinstance(result, Exception) and not isinstance(result, _NOT_FAILED):
+                error = _store_error(result, ops[index].path) or StoreError(ops[index].path)
+                raise MultiOpError(index, error) from result
+        return [_op_result(r) for r in results]
 
     def watch_children(self, path: str, watcher: Watcher) -> None:
         self._add_watch(_Watch(self._client, path, watcher, children=True))
