@@ -114,10 +114,13 @@ def test_listener_prefix_is_required_for_kafkas_reconfigurable_ssl_configs_only(
         "ssl.keystore.type",
         "ssl.keystore.location",
         "ssl.keystore.password",
+        "ssl.keystore.certificate.chain",
+        "ssl.keystore.key",
         "ssl.key.password",
         "ssl.truststore.type",
         "ssl.truststore.location",
         "ssl.truststore.password",
+        "ssl.truststore.certificates",
     }
     assert all(CONFIGS[name].dynamic is BROKER for name in required)
 
@@ -272,9 +275,21 @@ def test_dynamic_synonym(name: str, instead: str | None) -> None:
 # --- topic configs -----------------------------------------------------------------------
 
 KAFKA_TOPIC_CONFIGS = {
-    # Topic-only configs: Kafka has no broker default for them (KIP-73's replica lists).
+    # Topic-only configs: Kafka has no broker default for them (KIP-73's replica lists,
+    # KIP-405's and KIP-950's tiered-storage switches).
     "leader.replication.throttled.replicas": (),
     "follower.replication.throttled.replicas": (),
+    "remote.storage.enable": (),
+    "remote.log.copy.disable": (),
+    "remote.log.delete.on.disable": (),
+    "compression.gzip.level": ("compression.gzip.level",),
+    "compression.lz4.level": ("compression.lz4.level",),
+    "compression.zstd.level": ("compression.zstd.level",),
+    "local.retention.bytes": ("log.local.retention.bytes",),
+    "local.retention.ms": ("log.local.retention.ms",),
+    "message.format.version": ("log.message.format.version",),
+    "message.timestamp.after.max.ms": ("log.message.timestamp.after.max.ms",),
+    "message.timestamp.before.max.ms": ("log.message.timestamp.before.max.ms",),
     "cleanup.policy": ("log.cleanup.policy",),
     "compression.type": ("compression.type",),
     "delete.retention.ms": ("log.cleaner.delete.retention.ms",),
@@ -311,8 +326,10 @@ def test_every_topic_config_broker_synonym_is_a_dynamic_config_first() -> None:
         if not d.broker_synonyms:
             continue
         assert all(s in CONFIGS for s in d.broker_synonyms), d.name
-        # The first synonym is the one AlterConfigs may set cluster-wide (DynamicLogConfig).
-        assert CONFIGS[d.broker_synonyms[0]].dynamic is CLUSTER, d.name
+        # The first synonym is the one AlterConfigs may set cluster-wide (DynamicLogConfig),
+        # but for message.format.version (Kafka's NonReconfigrableLogConfigs).
+        scope = RO if d.name == "message.format.version" else CLUSTER
+        assert CONFIGS[d.broker_synonyms[0]].dynamic is scope, d.name
 
 
 def test_every_broker_default_is_a_valid_topic_value() -> None:

@@ -154,8 +154,9 @@ def test_string_choice() -> None:
 
 
 def test_lists_are_comma_separated_and_trimmed() -> None:
-    assert config(log_dirs=" /a , /b,/c ").get("log.dirs") == ["/a", "/b", "/c"]
-    assert CONFIGS["log.dirs"].parse("  ") == []
+    assert config(log_dirs=" /a , /b,/c ").log_dirs == ["/a", "/b", "/c"]
+    assert CONFIGS["metric.reporters"].parse(" a.B , c.D") == ["a.B", "c.D"]
+    assert CONFIGS["metric.reporters"].parse("  ") == []
 
 
 def test_double_parsing() -> None:

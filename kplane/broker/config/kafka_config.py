@@ -9,7 +9,7 @@ from typing import Any
 import structlog
 
 from kplane.broker.config import listeners as lc
-from kplane.broker.config.definitions import CONFIG_DEFS, CONFIGS, LISTENER_PREFIX, ConfigType
+from kplane.broker.config.definitions import CONFIG_DEFS, CONFIGS, ConfigType
 from kplane.broker.config.endpoint import EndPoint, SecurityProtocol
 from kplane.broker.config.errors import ConfigException
 from kplane.broker.config.listener_key import ListenerKey
@@ -25,7 +25,8 @@ class KafkaConfig:
 
     Built with :meth:`from_properties` or :meth:`load`; any invalid value raises
     :class:`ConfigException` naming the key. Unknown keys are kept in :attr:`props` and logged
-    as ``unknown config``, as Kafka logs unused configs.
+    as ``unknown config``, as Kafka logs unused configs; Kafka's configs kplane does not act on
+    are named in one ``configs accepted but not acted on`` line.
     """
 
     __slots__ = (
@@ -56,11 +57,8 @@ class KafkaConfig:
         self.props = MappingProxyType(dict(props))
         self._values = {d.name: d.parse(props.get(d.name)) for d in CONFIG_DEFS}
         self._listener_values = _listener_overrides(props, log_unused)
-        for key in props if log_unused else ():
-            if key not in CONFIGS and not key.startswith(LISTENER_PREFIX):
-                log.warning("unknown config", key=key)
-            elif key in CONFIGS and not CONFIGS[key].honoured:
-                log.warning("config accepted but not acted on yet", key=key)
+        if log_unused:
+            _log_unused(props)
 
         broker_id = self._values["broker.id"]
         self.broker_id = 0 if broker_id == -1 else broker_id
@@ -172,8 +170,9 @@ class KafkaConfig:
         return f"KafkaConfig(broker_id={self.broker_id}, listeners={listeners!r})"
 
     def _log_dirs(self) -> list[str]:
+        """``log.dirs``, else ``log.dir``: comma-separated (Kafka's ``Csv.parseCsvList``)."""
         key = "log.dirs" if self._values["log.dirs"] is not None else "log.dir"
-        dirs = [d for d in self._values[key] if d]
+        dirs = [d.strip() for d in self._values[key].split(",") if d.strip()]
         if not dirs:
             raise ConfigException(f"{key}: no log directory defined", name=key)
         return dirs
@@ -181,6 +180,31 @@ class KafkaConfig:
 
 _UNSET = object()
 _INTEGER_TYPES = (ConfigType.SHORT, ConfigType.INT, ConfigType.LONG)
+LISTENER_MECHANISM_CONFIGS = frozenset(
+    {
+        SASL_JAAS_CONFIG,
+        "sasl.login.callback.handler.class",
+        "sasl.login.class",
+        "sasl.server.callback.handler.class",
+        "connections.max.reauth.ms",
+    }
+)
+"""Configs that may be set per listener and SASL mechanism,
+``listener.name.<listener>.<mechanism>.<config>`` (Kafka's ``ListenerMechanismConfigs``)."""
+
+
+def _log_unused(props: Mapping[str, str]) -> None:
+    """Warn of each unknown key; name the set configs kplane does not act on in one line."""
+    not_acted_on = []
+    for key in props:
+        parsed = ListenerKey.parse(key)
+        definition = CONFIGS.get(key if parsed is None else parsed.name)
+        if definition is None and parsed is None:
+            log.warning("unknown config", key=key)
+        elif definition is not None and not definition.honoured:
+            not_acted_on.append(key)
+    if not_acted_on:
+        log.info("configs accepted but not acted on", keys=sorted(not_acted_on))
 
 
 def _listener_overrides(props: Mapping[str, str], log_unused: bool) -> dict[tuple[str, str], Any]:
@@ -194,7 +218,7 @@ def _listener_overrides(props: Mapping[str, str], log_unused: bool) -> dict[tupl
         if (
             not parsed.listener
             or definition is None
-            or (parsed.mechanism is not None and parsed.name != SASL_JAAS_CONFIG)
+            or (parsed.mechanism is not None and parsed.name not in LISTENER_MECHANISM_CONFIGS)
         ):
             if log_unused:
                 log.warning("unknown config", key=key)

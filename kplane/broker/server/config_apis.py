@@ -23,12 +23,7 @@ from kplane.broker.config.listeners import listener_names, normalise
 from kplane.broker.config.topic_configs import TOPIC_CONFIGS, validate_topic_configs
 from kplane.broker.metadata.cache import MetadataCache
 from kplane.broker.metadata.kafka_store import KafkaMetadataClient
-from kplane.broker.server.config_describer import (
-    ConfigDescriber,
-    ConfigEntry,
-    default_text,
-    topic_default,
-)
+from kplane.broker.server.config_describer import ConfigDescriber, ConfigEntry, topic_default
 from kplane.broker.server.context import Handler, RequestContext
 from kplane.common.acl import AclOperation, AclResourceType
 from kplane.common.config_ops import ConfigResourceType, OpType
@@ -309,7 +304,7 @@ def apply_op(configs: dict[str, str], name: str, op: int, value: str | None, rty
         definition = CONFIGS.get(base_name(name))
         if definition is None:
             raise KafkaError(ErrorCode.invalid_config, f"Unknown config name: {name}")
-        ctype, default = definition.type, default_text(definition)
+        ctype, default = definition.type, definition.default_text
     if ctype is not ConfigType.LIST:
         raise KafkaError(
             ErrorCode.invalid_config, f"Config value {verb} is not allowed for config key: {name}"

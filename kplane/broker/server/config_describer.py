@@ -1,8 +1,12 @@
-"""What DescribeConfigs shows: each config's value, source and synonyms (KIP-226).
+"""What DescribeConfigs shows: each config's value, source and synonyms (KIP-226), as Kafka's
+``ConfigHelper`` does.
 
 Synonyms come in precedence order, source by source: dynamic per-broker, dynamic cluster
 default, static, then the definitions' defaults; a topic's own override comes first for
-topic configs. Sensitive values are never shown.
+topic configs. As in Kafka, the synonyms before the first one named for the described config
+are left out (``log.retention.hours`` does not list ``log.retention.ms``; a topic's
+``retention.ms`` lists its broker synonyms only once ``log.retention.ms`` is set somewhere).
+Sensitive values are never shown.
 """
 
 from __future__ import annotations
@@ -11,13 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
-from kplane.broker.config.definitions import (
-    CONFIG_DEFS,
-    CONFIGS,
-    LISTENER_PREFIX,
-    ConfigDef,
-    DynamicScope,
-)
+from kplane.broker.config.definitions import CONFIG_DEFS, CONFIGS, LISTENER_PREFIX, DynamicScope
 from kplane.broker.config.dynamic_config import DynamicBrokerConfig, is_password
 from kplane.broker.config.listener_key import base_name
 from kplane.broker.config.synonyms import broker_synonyms
@@ -56,27 +54,21 @@ class ConfigEntry:
     documentation: str | None
 
 
-def default_text(definition: ConfigDef) -> str | None:
-    """A definition's default as Kafka prints it (lists comma-joined, booleans lower case)."""
-    value = definition.default
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
-
-
 def topic_default(definition: TopicConfigDef) -> str | None:
     """A topic config's default as Kafka's ``LogConfig`` has it: the default of the broker
-    config it follows, in the topic config's unit (``retention.ms`` of ``log.retention.hours``)."""
+    config it follows, in the topic config's unit (``retention.ms`` of ``log.retention.hours``),
+    else its own."""
     for name in definition.broker_synonyms:
-        broker = CONFIGS.get(name)
-        text = default_text(broker) if broker is not None else None
+        text = CONFIGS[name].default_text
         if text is not None:
             return definition.from_broker_value(name, text)
-    return None
+    return definition.default
+
+
+def _from(name: str, synonyms: list[Synonym]) -> list[Synonym]:
+    """``synonyms`` from the first one named ``name`` on (Kafka's ``dropWhile``)."""
+    first = next((i for i, s in enumerate(synonyms) if s.name == name), len(synonyms))
+    return synonyms[first:]
 
 
 class ConfigDescriber:
@@ -85,26 +77,26 @@ class ConfigDescriber:
     def __init__(self, dynamic: DynamicBrokerConfig) -> None:
         self.dynamic = dynamic
 
-    def _layers(self, per_broker: bool) -> list[tuple[Mapping[str, str], ConfigSource]]:
+    def _layers(self) -> list[tuple[Mapping[str, str], ConfigSource]]:
         d = self.dynamic
-        layers: list[tuple[Mapping[str, str], ConfigSource]] = []
-        if per_broker:
-            layers.append((d.dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG))
-        layers.append((d.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
-        layers.append((d.static_props, ConfigSource.STATIC_BROKER_CONFIG))
-        return layers
+        return [
+            (d.dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+            (d.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (d.static_props, ConfigSource.STATIC_BROKER_CONFIG),
+        ]
 
-    def _synonyms(self, names: Iterable[str], per_broker: bool) -> list[Synonym]:
+    def _synonyms(self, names: Iterable[str]) -> list[Synonym]:
+        """Every value of ``names``, source by source, in precedence order."""
         names = list(names)
         out = [
             Synonym(n, layer[n], source)
-            for layer, source in self._layers(per_broker)
+            for layer, source in self._layers()
             for n in names
             if n in layer
         ]
         for n in names:
             definition = CONFIGS.get(n)
-            text = default_text(definition) if definition else None
+            text = definition.default_text if definition else None
             if text is not None:
                 out.append(Synonym(n, text, ConfigSource.DEFAULT_CONFIG))
         return out
@@ -121,10 +113,11 @@ class ConfigDescriber:
         set there)."""
         d = self.dynamic
         if per_broker:
-            prefixed = {
-                k for layer, _ in self._layers(True) for k in layer if k.startswith(LISTENER_PREFIX)
-            }
-            names = [c.name for c in CONFIG_DEFS] + sorted(prefixed)
+            layers = [layer for layer, _ in self._layers()]
+            prefixed = {k for layer in layers for k in layer if k.startswith(LISTENER_PREFIX)}
+            names = [
+                c.name for c in CONFIG_DEFS if not c.internal or any(c.name in x for x in layers)
+            ] + sorted(prefixed)
         else:
             names = sorted(d.dynamic_default)
         wanted = set(keys) if keys is not None else None
@@ -135,7 +128,11 @@ class ConfigDescriber:
             definition = CONFIGS.get(base_name(key))
             if definition is None:
                 continue
-            synonyms = self._synonyms(self._key_synonyms(key), per_broker)
+            synonyms = _from(key, self._synonyms(self._key_synonyms(key)))
+            if not per_broker:
+                synonyms = [
+                    s for s in synonyms if s.source is ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+                ]
             own = next((s for s in synonyms if s.name == key), None)
             sensitive = is_password(key)
             entries.append(
@@ -147,7 +144,7 @@ class ConfigDescriber:
                     sensitive,
                     tuple(_hide(s) for s in synonyms) if sensitive else tuple(synonyms),
                     definition.type.wire_code,
-                    definition.doc if docs else None,
+                    definition.documentation if docs and key == definition.name else None,
                 )
             )
         return entries
@@ -161,13 +158,18 @@ class ConfigDescriber:
         for name, definition in TOPIC_CONFIGS.items():
             if wanted is not None and name not in wanted:
                 continue
+            broker = self._synonyms(definition.broker_synonyms)
+            if name in overrides:
+                value: str | None = overrides[name]
+            elif broker:
+                value = definition.from_broker_value(broker[0].name, broker[0].value or "")
+            else:
+                value = definition.default
             synonyms = []
             if name in overrides:
-                synonyms.append(Synonym(name, overrides[name], ConfigSource.TOPIC_CONFIG))
-            synonyms += self._synonyms(definition.broker_synonyms, True)
-            value = synonyms[0].value if synonyms else None
-            if value is not None and synonyms and synonyms[0].source != ConfigSource.TOPIC_CONFIG:
-                value = definition.from_broker_value(synonyms[0].name, value)
+                synonyms.append(Synonym(name, value, ConfigSource.TOPIC_CONFIG))
+            if definition.broker_synonyms:
+                synonyms += _from(definition.broker_synonyms[0], broker)
             entries.append(
                 ConfigEntry(
                     name,
@@ -177,7 +179,7 @@ class ConfigDescriber:
                     False,
                     tuple(synonyms),
                     definition.type.wire_code,
-                    definition.doc if docs else None,
+                    definition.documentation if docs else None,
                 )
             )
         return entries
