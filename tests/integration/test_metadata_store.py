@@ -6,15 +6,24 @@ ZooKeeper runs once per session (per xdist worker); each test gets a chroot of i
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
+from kplane.broker.metadata.kafka_store import (
+    ControllerMovedError,
+    KafkaMetadataClient,
+    PartitionStateChangedError,
+    PartitionStateRecord,
+    TopicAssignment,
+)
 from kplane.broker.metadata.store import (
     BadVersionError,
     CheckOp,
@@ -396,6 +405,90 @@ def test_an_ephemeral_node_in_a_multi(backend: Backend, store: MetadataStore) ->
     store.multi([CreateOp("/e/owner", b"me", ephemeral=True), SetDataOp("/e", b"1", 0)])
     stat = store.exists("/e/owner")
     assert stat is not None and stat.ephemeral
+
+
+# controller writes (the /controller_epoch version check) ------------------------------------
+
+
+def _topic(client: KafkaMetadataClient, topic: str) -> TopicAssignment:
+    assignment = TopicAssignment(uuid.uuid4(), {0: (0, 1, 2)})
+    client.create_topic(topic, assignment, {})
+    return assignment
+
+
+def test_a_controller_is_elected_with_the_epoch_znode_version(store: MetadataStore) -> None:
+    client = KafkaMetadataClient(store)
+    assert client.register_controller(0) == (1, 1)
+    assert store.get("/controller_epoch")[0] == b"1"
+    assert json.loads(store.get("/controller")[0])["brokerid"] == 0
+    assert store.get("/controller")[1].ephemeral
+    assert client.register_controller(1) is None  # held: the epoch is left alone
+    data, stat = store.get("/controller_epoch")
+    assert (data, stat.version) == (b"1", 1)
+    store.delete("/controller")
+    assert client.register_controller(1) == (2, 2)
+
+
+def test_a_deposed_controller_writes_nothing(store: MetadataStore) -> None:
+    client = KafkaMetadataClient(store)
+    old = client.register_controller(0)
+    assert old is not None
+    assignment = _topic(client, "t")
+    state = PartitionStateRecord(0, 0, (0, 1, 2), old[0])
+    assert client.set_partition_state("t", 0, state, old[1]) == 0  # created, parents too
+    assert client.set_partition_state("t", 0, state, old[1]) == 1
+    store.create("/isr_change_notification/isr_change_0000000000", b"{}", makepath=True)
+    store.create("/log_dir_event_notification/log_dir_event_0000000000", b"{}", makepath=True)
+    store.delete("/controller")  # the old controller's session ended; another is elected
+    new = client.register_controller(1)
+    assert new is not None
+    before = store.get("/brokers/topics/t/partitions/0/state"), store.get("/brokers/topics/t")
+
+    moved = PartitionStateRecord(1, 1, (1, 2), old[0])
+    with pytest.raises(ControllerMovedError):
+        client.set_partition_state("t", 0, moved, old[1])
+    with pytest.raises(ControllerMovedError):
+        client.set_partition_state("t", 1, moved, old[1])  # a new partition
+    with pytest.raises(ControllerMovedError):
+        client.set_assignment("t", TopicAssignment(assignment.topic_id, {0: (1, 2)}), old[1])
+    with pytest.raises(ControllerMovedError):
+        client.delete_isr_change_notification("isr_change_0000000000", old[1])
+    with pytest.raises(ControllerMovedError):
+        client.delete_log_dir_event_notification("log_dir_event_0000000000", old[1])
+    assert store.get_children("/log_dir_event_notification") == ["log_dir_event_0000000000"]
+    store.delete("/isr_change_notification", recursive=True)
+    with pytest.raises(ControllerMovedError):
+        client.create_controller_paths(old[1])
+    assert (store.get("/brokers/topics/t/partitions/0/state"), store.get("/brokers/topics/t")) == (
+        before
+    )
+    assert store.exists("/brokers/topics/t/partitions/1") is None
+    assert store.exists("/isr_change_notification") is None
+
+    assert client.set_partition_state("t", 0, moved, new[1]) == 2
+    client.create_controller_paths(new[1])
+    assert store.exists("/isr_change_notification") is not None
+
+
+def test_an_isr_write_that_lost_the_race_reads_the_state_again(store: MetadataStore) -> None:
+    client = KafkaMetadataClient(store)
+    elected = client.register_controller(0)
+    assert elected is not None
+    epoch, epoch_zk_version = elected
+    _topic(client, "t")
+    record = PartitionStateRecord(0, 3, (0, 1, 2), epoch)
+    version = client.set_partition_state("t", 0, record, epoch_zk_version)
+    shrunk = PartitionStateRecord(0, 3, (0, 1), epoch, version)
+    assert client.update_isr("t", 0, shrunk) == version + 1
+    # the same change again (its first answer lost): the stored version, no error
+    assert client.update_isr("t", 0, shrunk) == version + 1
+    assert len(store.get_children("/isr_change_notification")) == 2
+    client.set_partition_state("t", 0, PartitionStateRecord(1, 4, (1, 2), 1), epoch_zk_version)
+    with pytest.raises(PartitionStateChangedError) as changed:
+        client.update_isr("t", 0, PartitionStateRecord(0, 3, (0,), epoch, version + 1))
+    stored = changed.value.stored
+    assert stored is not None and (stored.leader, stored.leader_epoch) == (1, 4)
+    assert stored.version == version + 2
 
 
 # ZooKeeper only ----------------------------------------------------------------------------

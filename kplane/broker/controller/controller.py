@@ -1,11 +1,14 @@
 """KafkaController: one broker of the cluster elected through ``/controller``.
 
 Every broker runs one. The first to create the ephemeral ``/controller`` is the controller
-(it bumps ``/controller_epoch``); the others watch the node and try again when it goes. The
-controller watches ``/brokers/ids`` and ``/brokers/topics``, decides each partition's leader
-and ISR (written to ``.../partitions/<p>/state``) and tells the brokers — itself included,
-over the network as Kafka does — with LeaderAndIsr (the replicas whose role changed),
-UpdateMetadata (every live broker) and StopReplica (a deleted topic's replicas), through the
+(it bumps ``/controller_epoch`` in the same multi); the others watch the node and try again
+when it goes. Every write of the controller is made only while ``/controller_epoch`` is at
+the version its election left it at, so a deposed controller (one paused past its session,
+say) writes nothing: its first refused write makes it resign. The controller watches
+``/brokers/ids`` and ``/brokers/topics``, decides each partition's leader and ISR (written
+to ``.../partitions/<p>/state``) and tells the brokers — itself included, over the network
+as Kafka does — with LeaderAndIsr (the replicas whose role changed), UpdateMetadata (every
+live broker) and StopReplica (a deleted topic's replicas), through the
 ControllerChannelManager.
 
 A new partition's ISR is its live replicas. Leaders change the ISR themselves (a follower
@@ -19,12 +22,11 @@ replica lead.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
+import functools
 import threading
-import time
 from collections.abc import Callable
+from typing import Concatenate, ParamSpec, TypeVar
 
 import structlog
 
@@ -38,19 +40,56 @@ from kplane.broker.controller.requests import (
     update_metadata,
 )
 from kplane.broker.metadata.kafka_store import (
+    CONTROLLER_PATH,
+    ISR_CHANGE_PATH,
     BrokerRegistration,
+    ControllerMovedError,
     KafkaMetadataClient,
     PartitionStateRecord,
 )
-from kplane.broker.metadata.store import NodeExistsError, NoNodeError
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger(__name__)
 
-CONTROLLER_PATH = "/controller"
-EPOCH_PATH = "/controller_epoch"
-ISR_CHANGE_PATH = "/isr_change_notification"
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _controller_event(
+    handler: Callable[Concatenate[KafkaController, P], None],
+) -> Callable[Concatenate[KafkaController, P], None]:
+    """A watcher's duty, run under the controller's lock: when one of its writes finds that
+    another broker was elected since (ControllerMovedError) this one resigns, and the duty
+    ends there."""
+
+    @functools.wraps(handler)
+    def run(self: KafkaController, *args: P.args, **kwargs: P.kwargs) -> None:
+        with self._lock:
+            try:
+                handler(self, *args, **kwargs)
+            except ControllerMovedError as exc:
+                self._moved(exc)
+
+    return run
+
+
+def _controller_request(
+    handler: Callable[Concatenate[KafkaController, P], R],
+) -> Callable[Concatenate[KafkaController, P], R]:
+    """A request's duty, run under the controller's lock: when one of its writes finds that
+    another broker was elected since (ControllerMovedError) this one resigns, and the
+    request is answered NOT_CONTROLLER (a KafkaError)."""
+
+    @functools.wraps(handler)
+    def run(self: KafkaController, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._lock:
+            try:
+                return handler(self, *args, **kwargs)
+            except ControllerMovedError as exc:
+                raise self._moved(exc) from exc
+
+    return run
 
 
 class KafkaController:
@@ -68,6 +107,9 @@ class KafkaController:
         self.channels = channels
         self._unclean = unclean_leader_election
         self.epoch = 0
+        self.epoch_zk_version = -1
+        """The version of ``/controller_epoch`` this broker's election left it at: every
+        write of this controller is made only while the node is still at it."""
         self.active = False
         self._lock = threading.RLock()
         self._brokers: dict[int, BrokerRegistration] = {}
@@ -93,67 +135,55 @@ class KafkaController:
             self.elect()
 
     def elect(self) -> None:
-        """Create ``/controller`` if nobody holds it, and take over."""
+        """Create ``/controller`` and bump ``/controller_epoch`` if nobody holds it, and
+        take over."""
         with self._lock:
             if self.active:
                 return
-            try:
-                self.client.store.create(
-                    CONTROLLER_PATH,
-                    json.dumps(
-                        {
-                            "version": 1,
-                            "brokerid": self.broker_id,
-                            "timestamp": str(int(time.time() * 1000)),
-                        }
-                    ).encode(),
-                    ephemeral=True,
-                    makepath=True,
-                )
-            except NodeExistsError:
+            elected = self.client.register_controller(self.broker_id)
+            if elected is None:
                 return
-            self.epoch = self._bump_epoch()
+            self.epoch, self.epoch_zk_version = elected
             self.active = True
             log.info("controller elected", broker_id=self.broker_id, controller_epoch=self.epoch)
-            self._on_elected()
+            try:
+                self._on_elected()
+            except ControllerMovedError as exc:
+                self._moved(exc)
 
     def resign(self) -> None:
         """Stop acting as controller (the session that held ``/controller`` is gone)."""
         with self._lock:
             if self.active:
-                log.info("controller resigned", broker_id=self.broker_id)
-            self.active = False
-            for broker_id in list(self._brokers):
-                self.channels.remove_broker(broker_id)
-            self._brokers.clear()
-            self._states.clear()
-            self._assigned.clear()
+                log.info(
+                    "controller resigned", broker_id=self.broker_id, controller_epoch=self.epoch
+                )
+            self._step_down()
 
-    def _bump_epoch(self) -> int:
-        store = self.client.store
-        while True:
-            try:
-                data, stat = store.get(EPOCH_PATH)
-            except NoNodeError:
-                with contextlib.suppress(NodeExistsError):
-                    store.create(EPOCH_PATH, b"1", makepath=True)
-                    return 1
-                continue
-            epoch = int(data) + 1
-            with contextlib.suppress(Exception):
-                store.set(EPOCH_PATH, str(epoch).encode(), version=stat.version)
-                return epoch
+    def _moved(self, exc: ControllerMovedError) -> KafkaError:
+        """A write found another broker elected since (Kafka's ControllerMovedException):
+        resign at once, in one line; the error to answer a request with."""
+        log.warning(
+            "controller moved: resigning",
+            broker_id=self.broker_id,
+            controller_epoch=self.epoch,
+            reason=str(exc),
+        )
+        self._step_down()
+        return KafkaError(ErrorCode.not_controller, "this broker is no longer the controller")
+
+    def _step_down(self) -> None:
+        self.active = False
+        for broker_id in list(self._brokers):
+            self.channels.remove_broker(broker_id)
+        self._brokers.clear()
+        self._states.clear()
+        self._assigned.clear()
 
     # duties ----------------------------------------------------------------------------
     def _on_elected(self) -> None:
         store = self.client.store
-        for path in ("/brokers/topics", "/brokers/ids"):
-            if store.exists(path) is None:
-                with contextlib.suppress(NodeExistsError):
-                    store.create(path, makepath=True)
-        if store.exists(ISR_CHANGE_PATH) is None:
-            with contextlib.suppress(NodeExistsError):
-                store.create(ISR_CHANGE_PATH, makepath=True)
+        self.client.create_controller_paths(self.epoch_zk_version)
         if not self._watching:
             self._watching = True
             store.watch_children("/brokers/ids", lambda _p: self._brokers_changed())
@@ -183,62 +213,62 @@ class KafkaController:
             self._watched_topics.add(topic)
             self.client.store.watch_data(f"/brokers/topics/{topic}", self._assignment_changed)
 
+    @_controller_event
     def _brokers_changed(self, _path: str | None = None) -> None:
-        with self._lock:
-            if not self.active:
-                return
-            current = {b.broker_id: b for b in self.client.get_brokers()}
-            for broker_id in current:
-                self._watch_broker(broker_id)
-            gone = set(self._brokers) - set(current)
-            joined = [b for i, b in current.items() if self._brokers.get(i) != b]
-            self._brokers = current
-            self._shutting_down -= gone | {b.broker_id for b in joined}
-            self.log_dir_events.brokers_gone(gone)
-            for broker_id in sorted(gone):
-                self.channels.remove_broker(broker_id)
-                log.info("broker gone", broker_id=broker_id)
-            for broker in joined:
-                self.channels.add_broker(broker)
-            changed = self._elect_offline_partitions() if gone or joined else []
-            changed += self._remove_from_isr(gone)
-            if changed:
-                self._send_leader_and_isr(changed)
-            # Every live broker learns the new broker list; a joining (or changed) broker
-            # gets every partition state, the others only what changed.
-            joined_ids = {b.broker_id for b in joined}
-            full = list(self._states.values())
-            for broker_id in self._brokers:
-                states = full if broker_id in joined_ids else changed
-                self._send(broker_id, ApiKey.UPDATE_METADATA, self._update_metadata(states))
-            for broker in joined:
-                hosted = [s for s in full if broker.broker_id in s.replicas]
-                if hosted:
-                    self._send(
-                        broker.broker_id,
-                        ApiKey.LEADER_AND_ISR,
-                        self._leader_and_isr(hosted, full=True),
-                    )
+        if not self.active:
+            return
+        current = {b.broker_id: b for b in self.client.get_brokers()}
+        for broker_id in current:
+            self._watch_broker(broker_id)
+        gone = set(self._brokers) - set(current)
+        joined = [b for i, b in current.items() if self._brokers.get(i) != b]
+        self._brokers = current
+        self._shutting_down -= gone | {b.broker_id for b in joined}
+        self.log_dir_events.brokers_gone(gone)
+        for broker_id in sorted(gone):
+            self.channels.remove_broker(broker_id)
+            log.info("broker gone", broker_id=broker_id)
+        for broker in joined:
+            self.channels.add_broker(broker)
+        changed = self._elect_offline_partitions() if gone or joined else []
+        changed += self._remove_from_isr(gone)
+        if changed:
+            self._send_leader_and_isr(changed)
+        # Every live broker learns the new broker list; a joining (or changed) broker
+        # gets every partition state, the others only what changed.
+        joined_ids = {b.broker_id for b in joined}
+        full = list(self._states.values())
+        for broker_id in self._brokers:
+            states = full if broker_id in joined_ids else changed
+            self._send(broker_id, ApiKey.UPDATE_METADATA, self._update_metadata(states))
+        for broker in joined:
+            hosted = [s for s in full if broker.broker_id in s.replicas]
+            if hosted:
+                self._send(
+                    broker.broker_id,
+                    ApiKey.LEADER_AND_ISR,
+                    self._leader_and_isr(hosted, full=True),
+                )
 
+    @_controller_event
     def _topics_changed(self) -> None:
-        with self._lock:
-            if not self.active:
-                return
-            current = set(self.client.get_topics())
-            known = set(self._assigned)
-            for topic in sorted(current - self._watched_topics):
-                self._watch_topic(topic)
-            for topic in sorted(current - known):
-                self._topic_assigned(topic)
-            for topic in sorted(known - current):
-                self._topic_deleted(topic)
-            self._watched_topics &= current
+        if not self.active:
+            return
+        current = set(self.client.get_topics())
+        known = set(self._assigned)
+        for topic in sorted(current - self._watched_topics):
+            self._watch_topic(topic)
+        for topic in sorted(current - known):
+            self._topic_assigned(topic)
+        for topic in sorted(known - current):
+            self._topic_deleted(topic)
+        self._watched_topics &= current
 
+    @_controller_event
     def _assignment_changed(self, path: str) -> None:
         topic = path.rsplit("/", 1)[-1]
-        with self._lock:
-            if self.active and topic in self._assigned:
-                self._topic_assigned(topic)
+        if self.active and topic in self._assigned:
+            self._topic_assigned(topic)
 
     def _topic_assigned(self, topic: str) -> None:
         """Give every new partition of ``topic`` a leader, and tell the brokers."""
@@ -263,7 +293,9 @@ class KafkaController:
             if record is None:  # a new partition: its first live replica leads, all in sync
                 isr = tuple(r for r in replicas if r in live)
                 record = PartitionStateRecord(isr[0] if isr else -1, 0, isr, self.epoch)
-                version = self.client.set_partition_state(topic, index, record)
+                version = self.client.set_partition_state(
+                    topic, index, record, self.epoch_zk_version
+                )
                 record = dataclasses.replace(record, version=version)
             state = PartitionState(
                 topic,
@@ -338,7 +370,10 @@ class KafkaController:
         """Store a new leader and ISR for ``s`` with the next leader epoch."""
         epoch = s.leader_epoch + 1
         version = self.client.set_partition_state(
-            s.topic, s.partition, PartitionStateRecord(leader, epoch, isr, self.epoch)
+            s.topic,
+            s.partition,
+            PartitionStateRecord(leader, epoch, isr, self.epoch),
+            self.epoch_zk_version,
         )
         new = dataclasses.replace(s, leader=leader, leader_epoch=epoch, isr=isr, zk_version=version)
         self._states[(s.topic, s.partition)] = new
@@ -358,6 +393,7 @@ class KafkaController:
         return changed
 
     # reassignment (KIP-455) --------------------------------------------------------------
+    @_controller_request
     def alter_reassignments(
         self, targets: dict[tuple[str, int], tuple[int, ...] | None]
     ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
@@ -366,28 +402,27 @@ class KafkaController:
         as followers; once all are in the ISR the leader moves into them if it must, and
         the replicas leaving are stopped and their logs deleted (Kafka's ZooKeeper-mode
         steps). KafkaError NOT_CONTROLLER on a broker that is not the controller."""
-        with self._lock:
-            if not self.active:
-                raise KafkaError(ErrorCode.not_controller, "this broker is not the controller")
-            results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
-            for key, target in targets.items():
-                s = self._states.get(key)
-                if s is None:
-                    results[key] = (ErrorCode.unknown_topic_or_partition, None)
+        if not self.active:
+            raise KafkaError(ErrorCode.not_controller, "this broker is not the controller")
+        results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+        for key, target in targets.items():
+            s = self._states.get(key)
+            if s is None:
+                results[key] = (ErrorCode.unknown_topic_or_partition, None)
+                continue
+            original = tuple(r for r in s.replicas if r not in s.adding)
+            if target is None:
+                if not s.adding and not s.removing:
+                    results[key] = (ErrorCode.no_reassignment_in_progress, None)
                     continue
-                original = tuple(r for r in s.replicas if r not in s.adding)
-                if target is None:
-                    if not s.adding and not s.removing:
-                        results[key] = (ErrorCode.no_reassignment_in_progress, None)
-                        continue
-                    target = original
-                problem = self._invalid_target(target)
-                if problem is not None:
-                    results[key] = (ErrorCode.invalid_replica_assignment, problem)
-                    continue
-                self._start_reassignment(self._refreshed(s), original, target)
-                results[key] = (ErrorCode.none, None)
-            return results
+                target = original
+            problem = self._invalid_target(target)
+            if problem is not None:
+                results[key] = (ErrorCode.invalid_replica_assignment, problem)
+                continue
+            self._start_reassignment(self._refreshed(s), original, target)
+            results[key] = (ErrorCode.none, None)
+        return results
 
     def _invalid_target(self, target: tuple[int, ...]) -> str | None:
         if not target:
@@ -437,7 +472,7 @@ class KafkaController:
                 field_[partition] = value
             else:
                 field_.pop(partition, None)
-        self.client.set_assignment(topic, assignment)
+        self.client.set_assignment(topic, assignment, self.epoch_zk_version)
 
     def _maybe_complete_reassignment(self, s: PartitionState) -> None:
         """Finish a reassignment whose target replicas are all in the ISR."""
@@ -485,6 +520,7 @@ class KafkaController:
                 if (s := self._states.get(k)) is not None and (s.adding or s.removing)
             }
 
+    @_controller_request
     def elect_leaders(
         self, unclean: bool, partitions: list[tuple[str, int]] | None
     ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
@@ -492,51 +528,50 @@ class KafkaController:
         live and in the ISR; with ``unclean``, a partition without a leader gets any live
         replica. ``partitions`` None: every partition (Kafka answers only those it changed
         then). KafkaError NOT_CONTROLLER on a broker that is not the controller."""
-        with self._lock:
-            if not self.active:
-                raise KafkaError(ErrorCode.not_controller, "this broker is not the controller")
-            wanted = list(self._states) if partitions is None else partitions
-            results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
-            changed: list[PartitionState] = []
-            live = set(self._brokers) - self._shutting_down
-            for key in wanted:
-                stale = self._states.get(key)
-                if stale is None:
-                    results[key] = (ErrorCode.unknown_topic_or_partition, None)
+        if not self.active:
+            raise KafkaError(ErrorCode.not_controller, "this broker is not the controller")
+        wanted = list(self._states) if partitions is None else partitions
+        results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+        changed: list[PartitionState] = []
+        live = set(self._brokers) - self._shutting_down
+        for key in wanted:
+            stale = self._states.get(key)
+            if stale is None:
+                results[key] = (ErrorCode.unknown_topic_or_partition, None)
+                continue
+            s = self._refreshed(stale)
+            if unclean:
+                leader = next((r for r in s.replicas if r in live), -1)
+                if s.leader in live:
+                    results[key] = (ErrorCode.election_not_needed, None)
                     continue
-                s = self._refreshed(stale)
-                if unclean:
-                    leader = next((r for r in s.replicas if r in live), -1)
-                    if s.leader in live:
-                        results[key] = (ErrorCode.election_not_needed, None)
-                        continue
-                    if leader < 0:
-                        results[key] = (
-                            ErrorCode.eligible_leaders_not_available,
-                            "no live replica",
-                        )
-                        continue
-                    changed.append(self._write_state(s, leader, (leader,)))
-                else:
-                    preferred = s.replicas[0] if s.replicas else -1
-                    if s.leader == preferred:
-                        results[key] = (ErrorCode.election_not_needed, None)
-                        continue
-                    if preferred not in live or preferred not in s.isr:
-                        results[key] = (
-                            ErrorCode.preferred_leader_not_available,
-                            f"preferred replica {preferred} is not live and in the ISR",
-                        )
-                        continue
-                    changed.append(self._write_state(s, preferred, s.isr))
-                results[key] = (ErrorCode.none, None)
-            if changed:
-                self._send_leader_and_isr(changed)
-                self._send_update_metadata(changed)
-                log.info("leaders elected", unclean=unclean, partitions=len(changed))
-            if partitions is None:
-                return {k: v for k, v in results.items() if v[0] is ErrorCode.none}
-            return results
+                if leader < 0:
+                    results[key] = (
+                        ErrorCode.eligible_leaders_not_available,
+                        "no live replica",
+                    )
+                    continue
+                changed.append(self._write_state(s, leader, (leader,)))
+            else:
+                preferred = s.replicas[0] if s.replicas else -1
+                if s.leader == preferred:
+                    results[key] = (ErrorCode.election_not_needed, None)
+                    continue
+                if preferred not in live or preferred not in s.isr:
+                    results[key] = (
+                        ErrorCode.preferred_leader_not_available,
+                        f"preferred replica {preferred} is not live and in the ISR",
+                    )
+                    continue
+                changed.append(self._write_state(s, preferred, s.isr))
+            results[key] = (ErrorCode.none, None)
+        if changed:
+            self._send_leader_and_isr(changed)
+            self._send_update_metadata(changed)
+            log.info("leaders elected", unclean=unclean, partitions=len(changed))
+        if partitions is None:
+            return {k: v for k, v in results.items() if v[0] is ErrorCode.none}
+        return results
 
     def rebalance_leaders(self, imbalance_percentage: int) -> int:
         """``auto.leader.rebalance.enable``: for each broker whose share of partitions led
@@ -559,57 +594,60 @@ class KafkaController:
                     moving += [(s.topic, s.partition) for s in misled]
             if not moving:
                 return 0
-            moved = self.elect_leaders(False, moving)
+            try:
+                moved = self.elect_leaders(False, moving)
+            except KafkaError:  # it resigned: another broker is controller
+                return 0
             return sum(1 for error, _ in moved.values() if error is ErrorCode.none)
 
+    @_controller_request
     def controlled_shutdown(self, broker_id: int) -> list[tuple[str, int]]:
         """Kafka's controlled shutdown: the partitions ``broker_id`` leads get a leader
         from the rest of their ISR, and it leaves the ISR of those it follows (and stops
         fetching them). Returns the partitions it still leads (no other ISR member).
         KafkaError NOT_CONTROLLER on a broker that is not the controller,
         BROKER_NOT_AVAILABLE for a broker that is not live."""
-        with self._lock:
-            if not self.active:
-                raise KafkaError(ErrorCode.not_controller, "this broker is not the controller")
-            if broker_id not in self._brokers:
-                raise KafkaError(ErrorCode.broker_not_available, f"broker {broker_id} is not live")
-            self._shutting_down.add(broker_id)
-            live = set(self._brokers) - self._shutting_down
-            changed: list[PartitionState] = []
-            stopped: list[tuple[str, int]] = []
-            for stale in list(self._states.values()):
-                if broker_id not in stale.replicas or len(stale.replicas) < 2:
-                    continue
-                s = self._refreshed(stale)
-                isr = tuple(r for r in s.isr if r != broker_id)
-                if s.leader == broker_id:
-                    leader = next((r for r in isr if r in live), None)
-                    if leader is not None:
-                        changed.append(self._write_state(s, leader, isr))
-                elif broker_id in s.isr:
-                    changed.append(self._write_state(s, s.leader, isr))
-                    stopped.append((s.topic, s.partition))
-            if changed:
-                self._send_leader_and_isr(changed)
-                self._send_update_metadata(changed)
-            if stopped:
-                self._send(
-                    broker_id,
-                    ApiKey.STOP_REPLICA,
-                    stop_replica(self.broker_id, self.epoch, stopped, False),
-                )
-            remaining = [
-                (s.topic, s.partition)
-                for s in self._states.values()
-                if s.leader == broker_id and len(s.replicas) > 1
-            ]
-            log.info(
-                "controlled shutdown",
-                broker_id=broker_id,
-                moved=len(changed),
-                remaining=len(remaining),
+        if not self.active:
+            raise KafkaError(ErrorCode.not_controller, "this broker is not the controller")
+        if broker_id not in self._brokers:
+            raise KafkaError(ErrorCode.broker_not_available, f"broker {broker_id} is not live")
+        self._shutting_down.add(broker_id)
+        live = set(self._brokers) - self._shutting_down
+        changed: list[PartitionState] = []
+        stopped: list[tuple[str, int]] = []
+        for stale in list(self._states.values()):
+            if broker_id not in stale.replicas or len(stale.replicas) < 2:
+                continue
+            s = self._refreshed(stale)
+            isr = tuple(r for r in s.isr if r != broker_id)
+            if s.leader == broker_id:
+                leader = next((r for r in isr if r in live), None)
+                if leader is not None:
+                    changed.append(self._write_state(s, leader, isr))
+            elif broker_id in s.isr:
+                changed.append(self._write_state(s, s.leader, isr))
+                stopped.append((s.topic, s.partition))
+        if changed:
+            self._send_leader_and_isr(changed)
+            self._send_update_metadata(changed)
+        if stopped:
+            self._send(
+                broker_id,
+                ApiKey.STOP_REPLICA,
+                stop_replica(self.broker_id, self.epoch, stopped, False),
             )
-            return remaining
+        remaining = [
+            (s.topic, s.partition)
+            for s in self._states.values()
+            if s.leader == broker_id and len(s.replicas) > 1
+        ]
+        log.info(
+            "controlled shutdown",
+            broker_id=broker_id,
+            moved=len(changed),
+            remaining=len(remaining),
+        )
+        return remaining
 
     def _refreshed(self, s: PartitionState) -> PartitionState:
         """``s`` with the ISR and version stored now (a leader may have changed the ISR
@@ -625,32 +663,32 @@ class KafkaController:
             zk_version=record.version,
         )
 
+    @_controller_event
     def _isr_changed(self) -> None:
         """Leaders changed ISRs: read the partitions' state again and tell every broker."""
-        with self._lock:
-            if not self.active:
-                return
-            changed = []
-            for name, partitions in self.client.isr_change_notifications():
-                for topic, index in partitions:
-                    s = self._states.get((topic, index))
-                    if s is None:
-                        continue
-                    new = self._refreshed(s)
-                    self._states[(topic, index)] = new
-                    stopping = set(new.isr) & self._shutting_down
-                    if stopping and new.leader not in stopping:
-                        # A leader let a broker in controlled shutdown back in (it fetched
-                        # before its StopReplica arrived): take it out again.
-                        isr = tuple(r for r in new.isr if r not in stopping)
-                        new = self._write_state(new, new.leader, isr)
-                        self._send_leader_and_isr([new])
-                    self._maybe_complete_reassignment(new)
-                    changed.append(self._states[(topic, index)])
-                self.client.delete_isr_change_notification(name)
-            if changed:
-                log.info("isr changes propagated", partitions=len(changed))
-                self._send_update_metadata(changed)
+        if not self.active:
+            return
+        changed = []
+        for name, partitions in self.client.isr_change_notifications():
+            for topic, index in partitions:
+                s = self._states.get((topic, index))
+                if s is None:
+                    continue
+                new = self._refreshed(s)
+                self._states[(topic, index)] = new
+                stopping = set(new.isr) & self._shutting_down
+                if stopping and new.leader not in stopping:
+                    # A leader let a broker in controlled shutdown back in (it fetched
+                    # before its StopReplica arrived): take it out again.
+                    isr = tuple(r for r in new.isr if r not in stopping)
+                    new = self._write_state(new, new.leader, isr)
+                    self._send_leader_and_isr([new])
+                self._maybe_complete_reassignment(new)
+                changed.append(self._states[(topic, index)])
+            self.client.delete_isr_change_notification(name, self.epoch_zk_version)
+        if changed:
+            log.info("isr changes propagated", partitions=len(changed))
+            self._send_update_metadata(changed)
 
     # sending -------------------------------------------------------------------------
     def _send(self, broker_id: int, api_key: int, build: Callable[[int], object]) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from kplane.broker.controller.requests import PartitionState
-from kplane.broker.metadata.kafka_store import LOG_DIR_EVENT_PATH
+from kplane.broker.metadata.kafka_store import LOG_DIR_EVENT_PATH, ControllerMovedError
 from kplane.broker.network.broker_channels import Build
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode
@@ -64,9 +64,11 @@ class LogDirEventHandler:
                 brokers = set()
                 for name, broker_id in c.client.log_dir_event_notifications():
                     brokers.add(broker_id)
-                    c.client.delete_log_dir_event_notification(name)
+                    c.client.delete_log_dir_event_notification(name, c.epoch_zk_version)
                 for broker_id in sorted(brokers & set(c._brokers)):
                     self._ask(broker_id)
+            except ControllerMovedError as exc:
+                c._moved(exc)
             except Exception as exc:  # a store watcher's thread: one line, not a traceback
                 log.warning("log dir event not handled", reason=repr(exc))
 
@@ -108,6 +110,8 @@ class LogDirEventHandler:
                 return
             try:
                 self._replicas_offline(broker_id, offline)
+            except ControllerMovedError as exc:
+                c._moved(exc)
             except Exception as exc:  # the channel's loop must go on
                 log.warning("offline replicas not handled", broker_id=broker_id, reason=repr(exc))
 

@@ -9,15 +9,23 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, unquote
 
 from kplane.broker.config.endpoint import EndPoint, SecurityProtocol
 from kplane.broker.metadata.store import (
     BadVersionError,
+    CheckOp,
+    CreateOp,
+    DeleteOp,
     MetadataStore,
+    MultiOpError,
     NodeExistsError,
     NoNodeError,
+    SetDataOp,
+    Stat,
+    StoreError,
+    StoreOp,
 )
 
 PRODUCER_ID_BLOCK_SIZE = 1000
@@ -25,6 +33,24 @@ CONFIG_CHANGE_RETENTION_MS = 15 * 60 * 1000
 LOG_DIR_EVENT_PATH = "/log_dir_event_notification"
 LOG_DIR_FAILURE_EVENT = 1
 """Kafka's LogDirEventNotification ``event`` for a failed log dir (the only one)."""
+CONTROLLER_PATH = "/controller"
+CONTROLLER_EPOCH_PATH = "/controller_epoch"
+ISR_CHANGE_PATH = "/isr_change_notification"
+
+
+class ControllerMovedError(StoreError):
+    """A controller's write found ``/controller_epoch`` past the version it was elected at:
+    another broker is controller now (Kafka's ControllerMovedException). Nothing was
+    written."""
+
+
+class PartitionStateChangedError(BadVersionError):
+    """A leader's ISR write found the partition state at another version than its own;
+    ``stored`` is the state there now (None: the partition is gone)."""
+
+    def __init__(self, path: str, stored: PartitionStateRecord | None) -> None:
+        super().__init__(path)
+        self.stored = stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +222,79 @@ class KafkaMetadataClient:
                 return self.get_or_create_cluster_id()
             return cluster_id
 
+    # the controller ------------------------------------------------------------------
+    def register_controller(self, broker_id: int) -> tuple[int, int] | None:
+        """Become controller (Kafka's registerControllerAndIncrementControllerEpoch): create
+        the ephemeral ``/controller`` and bump ``/controller_epoch`` in one multi. Returns
+        the new controller epoch and the version ``/controller_epoch`` is then at, which
+        every write of this controller is checked against; None when another broker is
+        controller."""
+        doc = json.dumps(
+            {"version": 1, "brokerid": broker_id, "timestamp": str(int(time.time() * 1000))}
+        ).encode()
+        while True:
+            epoch, version = self._controller_epoch()
+            try:
+                _, stat = self.store.multi(
+                    [
+                        CreateOp(CONTROLLER_PATH, doc, ephemeral=True),
+                        SetDataOp(CONTROLLER_EPOCH_PATH, str(epoch + 1).encode(), version),
+                    ]
+                )
+            except MultiOpError as exc:
+                if isinstance(exc.error, NodeExistsError):
+                    return None
+                if isinstance(exc.error, BadVersionError):
+                    continue  # another broker was elected meanwhile: read the epoch again
+                raise
+            return epoch + 1, cast(Stat, stat).version
+
+    def _controller_epoch(self) -> tuple[int, int]:
+        """``/controller_epoch``: the epoch and the node's version (created at 0)."""
+        while True:
+            try:
+                data, stat = self.store.get(CONTROLLER_EPOCH_PATH)
+                return int(data), stat.version
+            except NoNodeError:
+                with contextlib.suppress(NodeExistsError):
+                    self.store.create(CONTROLLER_EPOCH_PATH, b"0")
+                    return 0, 0
+
+    def _as_controller(self, epoch_zk_version: int, *ops: StoreOp) -> list[str | Stat | None]:
+        """Apply ``ops`` only while ``/controller_epoch`` is at ``epoch_zk_version`` (Kafka's
+        MultiRequest with a CheckOp): ControllerMovedError when another broker was elected
+        since, else the error of the op that failed."""
+        try:
+            return self.store.multi([CheckOp(CONTROLLER_EPOCH_PATH, epoch_zk_version), *ops])[1:]
+        except MultiOpError as exc:
+            if exc.index == 0:
+                raise ControllerMovedError(
+                    f"{CONTROLLER_EPOCH_PATH} is past version {epoch_zk_version}"
+                ) from exc
+            raise exc.error from exc
+
+    def _create_as_controller(self, epoch_zk_version: int, path: str, data: bytes = b"") -> None:
+        """Create ``path`` and its missing parents, each only while ``epoch_zk_version``
+        holds."""
+        try:
+            self._as_controller(epoch_zk_version, CreateOp(path, data))
+        except NoNodeError:
+            with contextlib.suppress(NodeExistsError):
+                self._create_as_controller(epoch_zk_version, path.rsplit("/", 1)[0])
+            self._as_controller(epoch_zk_version, CreateOp(path, data))
+
+    def _set_as_controller(self, epoch_zk_version: int, path: str, data: bytes) -> int:
+        """Write ``path`` only while ``epoch_zk_version`` holds; the node's new version."""
+        (stat,) = self._as_controller(epoch_zk_version, SetDataOp(path, data))
+        return cast(Stat, stat).version
+
+    def create_controller_paths(self, epoch_zk_version: int) -> None:
+        """The nodes the controller watches, created when missing."""
+        for path in ("/brokers/topics", "/brokers/ids", ISR_CHANGE_PATH):
+            if self.store.exists(path) is None:
+                with contextlib.suppress(NodeExistsError):
+                    self._create_as_controller(epoch_zk_version, path)
+
     # brokers -------------------------------------------------------------------------
     def register_broker(self, registration: BrokerRegistration) -> None:
         """Create the ephemeral ``/brokers/ids/<id>`` (NodeExistsError when taken)."""
@@ -253,9 +352,17 @@ class KafkaMetadataClient:
             self.store.set_or_create(f"/config/topics/{topic}", _config_json(configs))
             self.store.create(f"/brokers/topics/{topic}", assignment.to_json(), makepath=True)
 
-    def set_assignment(self, topic: str, assignment: TopicAssignment) -> None:
-        """Replace the assignment of an existing topic (partitions added)."""
-        self.store.set(f"/brokers/topics/{topic}", assignment.to_json())
+    def set_assignment(
+        self, topic: str, assignment: TopicAssignment, epoch_zk_version: int | None = None
+    ) -> None:
+        """Replace the assignment of an existing topic: partitions added by an admin, or a
+        reassignment by the controller elected at ``epoch_zk_version`` (written only while
+        it is controller, ControllerMovedError otherwise)."""
+        path, data = f"/brokers/topics/{topic}", assignment.to_json()
+        if epoch_zk_version is None:
+            self.store.set(path, data)
+        else:
+            self._set_as_controller(epoch_zk_version, path, data)
 
     def delete_topic(self, topic: str) -> None:
         """Remove the topic's assignment, partition states and config."""
@@ -264,49 +371,71 @@ class KafkaMetadataClient:
                 with contextlib.suppress(NoNodeError):
                     self.store.delete(path, recursive=True)
 
-    def set_partition_state(self, topic: str, partition: int, state: PartitionStateRecord) -> int:
-        """Write a partition's leader and ISR (the controller's decision); returns the
+    def set_partition_state(
+        self, topic: str, partition: int, state: PartitionStateRecord, epoch_zk_version: int
+    ) -> int:
+        """Write a partition's leader and ISR, the decision of the controller elected at
+        ``epoch_zk_version`` (ControllerMovedError once another broker is); returns the
         node's new version."""
-        path = _partition_state_path(topic, partition)
-        self.store.set_or_create(path, state.to_json())
-        return self.store.get(path)[1].version
+        path, data = _partition_state_path(topic, partition), state.to_json()
+        try:
+            return self._set_as_controller(epoch_zk_version, path, data)
+        except NoNodeError:
+            pass
+        try:
+            self._create_as_controller(epoch_zk_version, path, data)
+        except NodeExistsError:
+            return self._set_as_controller(epoch_zk_version, path, data)
+        return 0
 
     def update_isr(self, topic: str, partition: int, state: PartitionStateRecord) -> int:
-        """A leader's ISR change, written only if the node is still at ``state.version``
-        (BadVersionError otherwise: the controller changed it since); then a notification
-        under ``/isr_change_notification`` tells the controller. Returns the new version."""
-        stat = self.store.set(
-            _partition_state_path(topic, partition), state.to_json(), version=state.version
-        )
+        """A leader's ISR change, written only if the node is still at ``state.version``;
+        then a notification under ``/isr_change_notification`` tells the controller.
+        Returns the new version. A node that moved on is read again (Kafka's
+        checkLeaderAndIsrZkData): if it holds this change already (a write whose answer was
+        lost) its version is returned, else PartitionStateChangedError tells what it holds."""
+        path = _partition_state_path(topic, partition)
+        try:
+            version = self.store.set(path, state.to_json(), version=state.version).version
+        except BadVersionError:
+            stored = self.get_partition_state(topic, partition)
+            if stored is None or (stored.leader, stored.leader_epoch, stored.isr) != (
+                state.leader,
+                state.leader_epoch,
+                state.isr,
+            ):
+                raise PartitionStateChangedError(path, stored) from None
+            version = stored.version
         self.store.create(
-            "/isr_change_notification/isr_change_",
+            f"{ISR_CHANGE_PATH}/isr_change_",
             json.dumps(
                 {"version": 1, "partitions": [{"topic": topic, "partition": partition}]}
             ).encode(),
             makepath=True,
             sequential=True,
         )
-        return stat.version
+        return version
 
     def isr_change_notifications(self) -> list[tuple[str, list[tuple[str, int]]]]:
         """(node name, partitions) of every pending ISR change notification."""
         out: list[tuple[str, list[tuple[str, int]]]] = []
         try:
-            names = self.store.get_children("/isr_change_notification")
+            names = self.store.get_children(ISR_CHANGE_PATH)
         except NoNodeError:
             return out
         for name in sorted(names):
             with contextlib.suppress(NoNodeError, ValueError, KeyError, TypeError):
-                doc = json.loads(self.store.get(f"/isr_change_notification/{name}")[0])
+                doc = json.loads(self.store.get(f"{ISR_CHANGE_PATH}/{name}")[0])
                 out.append(
                     (name, [(str(p["topic"]), int(p["partition"])) for p in doc["partitions"]])
                 )
         return out
 
-    def delete_isr_change_notification(self, name: str) -> None:
-        """Remove one processed ISR change notification."""
+    def delete_isr_change_notification(self, name: str, epoch_zk_version: int) -> None:
+        """Remove one ISR change notification the controller elected at
+        ``epoch_zk_version`` processed (ControllerMovedError once another broker is)."""
         with contextlib.suppress(NoNodeError):
-            self.store.delete(f"/isr_change_notification/{name}")
+            self._as_controller(epoch_zk_version, DeleteOp(f"{ISR_CHANGE_PATH}/{name}"))
 
     def get_partition_state(self, topic: str, partition: int) -> PartitionStateRecord | None:
         """A partition's leader and ISR with the node's version, or None."""
@@ -347,10 +476,11 @@ class KafkaMetadataClient:
                 out.append((name, -1))
         return out
 
-    def delete_log_dir_event_notification(self, name: str) -> None:
-        """Remove one processed log dir failure notification."""
+    def delete_log_dir_event_notification(self, name: str, epoch_zk_version: int) -> None:
+        """Remove one log dir failure notification the controller elected at
+        ``epoch_zk_version`` processed (ControllerMovedError once another broker is)."""
         with contextlib.suppress(NoNodeError):
-            self.store.delete(f"{LOG_DIR_EVENT_PATH}/{name}")
+            self._as_controller(epoch_zk_version, DeleteOp(f"{LOG_DIR_EVENT_PATH}/{name}"))
 
     # configs -------------------------------------------------------------------------
     def get_entity_config(self, entity_type: str, name: str) -> dict[str, str]:

@@ -3,7 +3,8 @@
 These arrive on ``control.plane.listener.name`` when it is set (the control plane's own
 Processor, queue and handler), else on the inter-broker listener with the data traffic.
 Every version is served; older versions' flat partition lists are read like the grouped
-ones. A controller older than the newest seen is answered STALE_CONTROLLER_EPOCH.
+ones. A controller older than the newest seen (a deposed one) is answered
+STALE_CONTROLLER_EPOCH and nothing is applied; refusals are logged once per interval.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from kplane.broker.metadata.cache import MetadataCache, PartitionInfo, TopicInfo
 from kplane.broker.metadata.kafka_store import BrokerRegistration
 from kplane.broker.server.context import Handler, RequestContext
 from kplane.broker.server.replica_manager import ReplicaManager, ReplicaState, StopReplicaState
+from kplane.broker.utils.interval_log import IntervalWarning
 from kplane.common.acl import AclOperation, AclResourceType
 from kplane.protocol import api
 from kplane.protocol.api_keys import ApiKey
@@ -59,6 +61,7 @@ class ControllerApis:
         self.replica_manager = replica_manager
         self.cache = cache
         self.controller = controller
+        self._refused = IntervalWarning("controller request refused")
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
@@ -71,8 +74,8 @@ class ControllerApis:
             ApiKey.UPDATE_METADATA: self.handle_update_metadata,
         }
 
-    @staticmethod
     def _apply(
+        self,
         ctx: RequestContext,
         topics: Iterable[str],
         action: Callable[[], Mapping[TopicPartition, ErrorCode]],
@@ -81,7 +84,8 @@ class ControllerApis:
         CLUSTER_AUTHORIZATION_FAILED without ClusterAction (only brokers may send these), or
         with the code of the KafkaError it raises (a stale controller epoch), logged. A
         topic name no controller can send (``""``, ``..``) is refused before anything is
-        applied: names become store paths and, later, directories."""
+        applied: names become store paths and, later, directories. Refusals are logged
+        once per interval, with a count."""
         if not ctx.authorized(AclOperation.CLUSTER_ACTION, AclResourceType.CLUSTER):
             return ErrorCode.cluster_authorization_failed, {}
         try:
@@ -89,8 +93,7 @@ class ControllerApis:
                 validate_topic_name(name)
             return ErrorCode.none, action()
         except KafkaError as exc:
-            log.info(
-                "controller request refused",
+            self._refused.record(
                 api=api.API_NAMES.get(ctx.api_key),
                 controller=int(ctx.body.controller_id),
                 controller_epoch=int(ctx.body.controller_epoch),

@@ -18,8 +18,10 @@ from kplane.broker.log.partition import Partition, ReplicaAssignment, TopicParti
 from kplane.broker.log.producer_state import ProducerInfo
 from kplane.broker.log.transaction_index import AbortedTxn
 from kplane.broker.metadata.cache import MetadataCache
-from kplane.broker.metadata.kafka_store import PartitionStateRecord
+from kplane.broker.metadata.kafka_store import PartitionStateChangedError, PartitionStateRecord
+from kplane.broker.metadata.store import StoreError
 from kplane.broker.utils.file_region import Transferable
+from kplane.broker.utils.interval_log import IntervalWarning
 from kplane.broker.utils.purgatory import DelayedOperationPurgatory
 from kplane.protocol.errors import ErrorCode, KafkaError
 from kplane.protocol.record_validation import ValidationPolicy, validate_batches
@@ -48,7 +50,8 @@ class ReplicaState:
 
 IsrWriter = Callable[[TopicPartition, PartitionStateRecord], int]
 """Writes a leader's ISR change (the state znode at ``version``); returns the new version,
-raises (BadVersionError) when the controller changed the state since."""
+raises PartitionStateChangedError (with the state stored) when it changed since, another
+StoreError when the store could not be written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,11 @@ class ReplicaManager:
         self.produce_purgatory = produce_purgatory
         self.log_configs = log_configs
         self._isr_writer = isr_writer
+        self._isr_fenced: dict[TopicPartition, tuple[int, int]] = {}
+        """Partitions whose stored state names another leader or leader epoch, with the
+        (leader epoch, partition epoch) they were at then: no ISR write until the
+        controller's LeaderAndIsr moves them on."""
+        self._isr_not_written = IntervalWarning("isr change not written")
         self.controller_epoch = 0  # the highest seen
         self._state_lock = threading.Lock()
         self.fetchers: FetcherManager | None = None
@@ -135,6 +143,7 @@ class ReplicaManager:
             demoted: list[TopicPartition] = []
             for state in states:
                 a = state.assignment
+                self._isr_fenced.pop(state.tp, None)
                 try:
                     partition = self.log_manager.get_or_create(state.tp)
                 except KafkaStorageError as exc:  # an offline log dir (KIP-112)
@@ -329,6 +338,7 @@ class ReplicaManager:
             if partition.is_leader and partition.maybe_shrink_isr(max_lag_ms, self._alter_isr):
                 shrunk += 1
                 self._complete_delayed_requests(partition.tp)
+        self._isr_not_written.flush()
         return shrunk
 
     def throttled_follower(self, tp: TopicPartition, replica_id: int) -> bool:
@@ -349,10 +359,13 @@ class ReplicaManager:
         self.fetch_purgatory.check_and_complete(tp)
 
     def _alter_isr(self, partition: Partition, isr: tuple[int, ...]) -> int | None:
-        """Write a new ISR where the controller and the other brokers see it; None when the
-        controller changed the partition since (its LeaderAndIsr is on the way)."""
+        """Write a new ISR where the controller and the other brokers see it; None when it
+        was not written (store failures are logged once per interval, with a count)."""
         if self._isr_writer is None:
             return partition.partition_epoch
+        tp = partition.tp
+        if self._isr_fenced.get(tp) == (partition.leader_epoch, partition.partition_epoch):
+            return None
         record = PartitionStateRecord(
             partition.leader_id,
             partition.leader_epoch,
@@ -361,9 +374,12 @@ class ReplicaManager:
             partition.partition_epoch,
         )
         try:
-            version = self._isr_writer(partition.tp, record)
-        except Exception as exc:
-            log.info("isr change not written", partition=str(partition.tp), reason=str(exc))
+            version = self._isr_writer(tp, record)
+        except PartitionStateChangedError as exc:
+            self._isr_state_changed(partition, exc.stored)
+            return None
+        except StoreError as exc:
+            self._isr_not_written.record(partition=str(tp), reason=repr(exc))
             return None
         log.info(
             "isr changed",
@@ -376,6 +392,34 @@ class ReplicaManager:
         else:
             self.isr_expands += 1
         return version
+
+    def _isr_state_changed(self, partition: Partition, stored: PartitionStateRecord | None) -> None:
+        """An ISR write lost the version race (Kafka's zkVersion check), one line each time:
+        a state at this leader and leader epoch (an earlier write of this leader) is where
+        the next write starts from; another leader or leader epoch means the controller
+        moved the partition, and writes stop until its LeaderAndIsr comes."""
+        tp = partition.tp
+        if (
+            stored is not None
+            and stored.leader == self.broker_id
+            and stored.leader_epoch == partition.leader_epoch
+        ):
+            partition.partition_epoch = stored.version
+            log.info(
+                "isr change not written: partition state read again",
+                partition=str(tp),
+                partition_epoch=stored.version,
+                isr=list(stored.isr),
+            )
+            return
+        self._isr_fenced[tp] = (partition.leader_epoch, partition.partition_epoch)
+        log.info(
+            "isr change not written: the controller moved the partition",
+            partition=str(tp),
+            leader_epoch=partition.leader_epoch,
+            stored_leader=stored.leader if stored else None,
+            stored_leader_epoch=stored.leader_epoch if stored else None,
+        )
 
     def under_replicated_partitions(self) -> int:
         """Partitions this broker leads whose ISR lacks some of their replicas."""
