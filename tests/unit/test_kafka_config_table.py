@@ -8,9 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from kplane.broker.config.definitions import CONFIGS
 from kplane.broker.config.errors import ConfigException
+from kplane.broker.config.kafka_config import KafkaConfig
 from kplane.broker.config.topic_configs import TOPIC_CONFIGS
 from kplane.broker.config.validators import kafka_validator
 from kplane.broker.server.config_describer import topic_default
@@ -134,3 +136,31 @@ def test_every_kafka_validator_is_known() -> None:
 )
 def test_defaults_print_as_kafkas(name: str, text: str | None) -> None:
     assert CONFIGS[name].default_text == text
+
+
+def test_configs_not_acted_on_are_named_in_one_line() -> None:
+    props = {
+        "listeners": "PLAINTEXT://127.0.0.1:9092",
+        "sasl.kerberos.service.name": "kafka",
+        "listener.name.plaintext.sasl.kerberos.min.time.before.relogin": "1000",
+        "log.local.retention.ms": "5000",
+        "num.io.threads": "4",
+        "no.such.config": "1",
+    }
+    with capture_logs() as logs:
+        KafkaConfig.from_properties(props)
+    assert [(e["event"], e["log_level"], e.get("keys", e.get("key"))) for e in logs] == [
+        ("unknown config", "warning", "no.such.config"),
+        (
+            "configs accepted but not acted on",
+            "info",
+            [
+                "listener.name.plaintext.sasl.kerberos.min.time.before.relogin",
+                "log.local.retention.ms",
+                "sasl.kerberos.service.name",
+            ],
+        ),
+    ]
+    with capture_logs() as logs:
+        KafkaConfig.from_properties(props, log_unused=False)
+    assert logs == []
