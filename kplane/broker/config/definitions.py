@@ -32,6 +32,8 @@ from kplane.broker.config.validators import (
     invalid,
     kafka_validator,
 )
+
+# kplane.broker.network.connection_quotas reads max.connections.per.ip.overrides with it.
 from kplane.broker.config.validators import parse_host_counts as parse_host_counts
 
 
