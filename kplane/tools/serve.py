@@ -37,7 +37,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start the broker, wait for SIGTERM or SIGINT, stop it; 0 on a clean stop."""
+    """Start the broker, wait for SIGTERM or SIGINT, stop it; 0 on a clean stop, 1 when the
+    broker halted on a fault (as Kafka exits 1)."""
     configure_logging()
     try:
         config = KafkaConfig.load(args.config, args.override)
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     server.settle_heap(stop.is_set)
     while not stop.wait(0.5):
-        pass
+        if server.await_shutdown(0):  # the broker stopped itself (every log dir failed)
+            return 1 if server.halted else 0
     server.shutdown()
     return 0

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import _thread
 import dataclasses
-import signal
 import threading
 import time
 import uuid
@@ -107,6 +105,9 @@ class KafkaServer:
         """Group id -> the broker a test moved its coordinator to (fault injection)."""
         self._started = False
         self._stopped = threading.Event()
+        self._shut_down = threading.Event()
+        self.halted = False
+        """The broker stopped itself on a fault (every log dir failed), not on request."""
         self.metrics = BrokerMetrics()
         self.metrics_http: MetricsHttpServer | None = None
         self.socket_server: SocketServer | None = None
@@ -321,10 +322,9 @@ class KafkaServer:
         threading.Thread(target=self._halt, name="log-dirs-failed-shutdown").start()
 
     def _halt(self) -> None:
-        """Stop, then ask the process to stop as SIGTERM does (Kafka halts): ``kplane serve``
-        exits; a process without a Python SIGTERM handler (a test's) keeps running."""
+        """Stop as Kafka halts: ``kplane serve`` sees :attr:`halted` and exits with 1."""
+        self.halted = True
         self.shutdown()
-        _thread.interrupt_main(signal.SIGTERM)
 
     def _replication_quota(self, side: str, window_num: int, window_s: int) -> ReplicationQuota:
         """The ``leader`` or ``follower`` replication throttle: its rate a dynamic broker
@@ -723,6 +723,12 @@ class KafkaServer:
             log.info(
                 "stopped", broker_id=self.broker_id, seconds=round(time.monotonic() - started, 3)
             )
+        self._shut_down.set()
+
+    def await_shutdown(self, timeout_s: float | None = None) -> bool:
+        """Wait until a shutdown (asked for, or the broker's own) has finished (Kafka's
+        ``awaitShutdown``); False when ``timeout_s`` passed first."""
+        return self._shut_down.wait(timeout_s)
 
     def _drain(self) -> None:
         assert self.socket_server is not None
