@@ -33,9 +33,6 @@ from kplane.broker.config.validators import (
     kafka_validator,
 )
 
-# kplane.broker.network.connection_quotas reads max.connections.per.ip.overrides with it.
-from kplane.broker.config.validators import parse_host_counts as parse_host_counts
-
 
 class ConfigType(enum.Enum):
     """How a config's text becomes a value."""

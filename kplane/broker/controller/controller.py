@@ -708,9 +708,8 @@ class KafkaController:
 
     def _update_metadata(self, states: list[PartitionState]) -> Callable:
         brokers = [self._brokers[i] for i in sorted(self._brokers)]
-        return self.log_dir_events.with_offline_replicas(
-            update_metadata(self.broker_id, self.epoch, states, brokers)
-        )
+        states = self.log_dir_events.with_offline_replicas(states)
+        return update_metadata(self.broker_id, self.epoch, states, brokers)
 
     def _send_leader_and_isr(self, states: list[PartitionState], full: bool = False) -> None:
         by_broker: dict[int, list[PartitionState]] = {}

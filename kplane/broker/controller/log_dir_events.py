@@ -22,7 +22,6 @@ import structlog
 
 from kplane.broker.controller.requests import PartitionState
 from kplane.broker.metadata.kafka_store import LOG_DIR_EVENT_PATH, ControllerMovedError
-from kplane.broker.network.broker_channels import Build
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode
 
@@ -182,19 +181,18 @@ class LogDirEventHandler:
         return self._offline
 
     # UpdateMetadata ------------------------------------------------------------------
-    def with_offline_replicas(self, build: Build) -> Build:
-        """``build`` (an UpdateMetadata) with each partition's offline replicas filled in."""
+    def with_offline_replicas(self, states: list[PartitionState]) -> list[PartitionState]:
+        """``states`` for an UpdateMetadata, each with its replicas in failed log dirs."""
         offline: dict[Key, tuple[int, ...]] = {}
         for broker_id, keys in sorted(self._replicas().items()):
             for key in keys:
                 offline[key] = (*offline.get(key, ()), broker_id)
         if not offline:
-            return build
-
-        def built(version: int) -> Any:
-            return _mark_offline(build(version), offline)
-
-        return built
+            return states
+        return [
+            dataclasses.replace(s, offline=offline.get((s.topic, s.partition), ()))
+            for s in states
+        ]
 
 
 def _partition_errors(response: Any, names: Mapping[Any, str]) -> Iterator[tuple[Key, int]]:
@@ -207,32 +205,3 @@ def _partition_errors(response: Any, names: Mapping[Any, str]) -> Iterator[tuple
         if name is not None:
             for p in topic.partition_errors:
                 yield (name, int(p.partition_index)), int(p.error_code)
-
-
-def _mark_offline(request: Any, offline: Mapping[Key, tuple[int, ...]]) -> Any:
-    """An UpdateMetadata request whose partition states list ``offline`` replicas (v4+;
-    older versions have no such field)."""
-
-    def mark(topic: str, state: Any) -> Any:
-        replicas = offline.get((topic, int(state.partition_index)))
-        if not replicas or not hasattr(state, "offline_replicas"):
-            return state
-        return dataclasses.replace(state, offline_replicas=replicas)
-
-    topics = getattr(request, "topic_states", ())
-    if topics:
-        return dataclasses.replace(
-            request,
-            topic_states=tuple(
-                dataclasses.replace(
-                    t, partition_states=tuple(mark(t.topic_name, s) for s in t.partition_states)
-                )
-                for t in topics
-            ),
-        )
-    return dataclasses.replace(
-        request,
-        ungrouped_partition_states=tuple(
-            mark(s.topic_name, s) for s in request.ungrouped_partition_states
-        ),
-    )

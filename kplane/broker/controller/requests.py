@@ -43,6 +43,8 @@ class PartitionState:
     """A reassignment's replicas joining (KIP-455)."""
     removing: tuple[int, ...] = ()
     """A reassignment's replicas leaving."""
+    offline: tuple[int, ...] = ()
+    """Replicas in a failed log dir (KIP-112): UpdateMetadata's ``offline_replicas``."""
 
     @property
     def partition_epoch(self) -> int:
@@ -66,7 +68,7 @@ def _partition_state(cls: type[Any], s: PartitionState, controller_epoch: int) -
         replicas=s.replicas,
         adding_replicas=s.adding,
         removing_replicas=s.removing,
-        offline_replicas=(),
+        offline_replicas=s.offline,
         is_new=False,
     )
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from kplane.broker.config.definitions import parse_host_counts
 from kplane.broker.config.errors import ConfigException
 from kplane.broker.config.kafka_config import KafkaConfig
+from kplane.broker.config.validators import parse_host_counts
 from kplane.broker.metrics.idle import IdleMeter
 from kplane.broker.metrics.registry import (
     ACCEPTOR_BLOCKED_PERCENT,
