@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import os
-import signal
 import statistics
 import sys
 import time
@@ -171,15 +170,7 @@ def sweep(args: argparse.Namespace, runs: list[TargetRun]) -> dict[str, dict[int
 
 def main(argv: list[str] | None = None) -> int:
     args, target_args = parse_args(argv)
-
-    def on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)
-    started = time.monotonic()
-    load1 = os.getloadavg()[0]
-    if load1 > 0.5:
-        log(f"note: 1-minute load average is {load1:.2f}: other work on this machine skews figures")
+    started = throughput.begin_run()
     runs = [TargetRun(name, target_args) for name in target_args.target_list]
     interrupted = False
     results: dict[str, dict[int, list[Any]]] = {}

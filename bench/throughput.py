@@ -1120,17 +1120,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def begin_run() -> float:
+    """A benchmark's start: SIGTERM stops it as Ctrl-C does (targets are stopped, the JSON
+    still printed), a busy machine is noted; returns the start (``time.monotonic``)."""
 
     def on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, on_term)
-    started = time.monotonic()
     load1 = os.getloadavg()[0]
     if load1 > 0.5:
         log(f"note: 1-minute load average is {load1:.2f}: other work on this machine skews figures")
+    return time.monotonic()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = begin_run()
     result: dict[str, Any] = {
         "machine": machine_info(),
         "started_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),

@@ -22,7 +22,7 @@ from kplane.protocol.errors import ErrorCode
 from kplane.protocol.records import Record, build_batch
 from kplane.testing.plugin import RunningBroker
 from kplane.tools.serve_process import json_events
-from tests.integration.helpers import fetch_partition, fetch_request, produce
+from tests.integration.helpers import fetch_partition, fetch_request, produce, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -77,13 +77,6 @@ def _fill(directory: Path, leave: int = 0) -> Path:
         os.truncate(filler, max(0, filler.stat().st_size - leave))
     return filler
 
-
-def _wait(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def _create(bootstrap: str, topic: str, replicas: list[int], **configs: str) -> None:
@@ -188,7 +181,7 @@ def test_a_leader_whose_only_disk_fills_hands_over_and_shuts_down(
     leader, others = cluster.broker(0), [cluster.broker(1), cluster.broker(2)]
     assert leader.current_config("log.dirs") == str(log_dir)
     _create(cluster.bootstrap_servers, "orders", [0, 1, 2], **{"min.insync.replicas": "2"})
-    _wait(lambda: len(_isr(others[0], "orders")) == 3, what="an ISR of three")
+    wait_until(lambda: len(_isr(others[0], "orders")) == 3, what="an ISR of three")
     delivered = Delivered()
     producer = Producer(
         {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 5}
@@ -210,8 +203,8 @@ def test_a_leader_whose_only_disk_fills_hands_over_and_shuts_down(
             send(10, i)
             i += 10
         send(200, i)  # on the new leader, acks=all
-        _wait(lambda: 0 not in others[0].alive_brokers(), what="broker 0 gone")
-        _wait(lambda: any(e["event"] == "stopped" for e in logs), what="broker 0 stopped")
+        wait_until(lambda: 0 not in others[0].alive_brokers(), what="broker 0 gone")
+        wait_until(lambda: any(e["event"] == "stopped" for e in logs), what="broker 0 stopped")
     assert len(delivered.acked) >= 400
     values = _read_values(others[0].bootstrap(), "orders", len(delivered.acked))
     assert set(delivered.acked) <= values  # not one acknowledged record lost
@@ -234,7 +227,7 @@ def test_a_failed_log_dir_takes_its_replicas_offline_and_the_controller_moves_th
         broker_factory({**common, "broker.id": "2"}),
     ]
     for b in brokers:
-        _wait(lambda b=b: len(b.alive_brokers()) == 3, what="three brokers")
+        wait_until(lambda b=b: len(b.alive_brokers()) == 3, what="three brokers")
     b0, b1 = brokers[0], brokers[1]
     bootstrap = ",".join(b.bootstrap() for b in brokers)
     # A new log goes to the dir holding the fewest: led, on the healthy disk, followed.
@@ -244,10 +237,10 @@ def test_a_failed_log_dir_takes_its_replicas_offline_and_the_controller_moves_th
         ("followed", [1, 0, 2], failing),
     ):
         _create(bootstrap, topic, replicas, **{"min.insync.replicas": "2"})
-        _wait(lambda t=topic: b0.replica(t, 0) is not None, what=f"{topic} on broker 0")
+        wait_until(lambda t=topic: b0.replica(t, 0) is not None, what=f"{topic} on broker 0")
         assert (home / f"{topic}-0").is_dir()
     for topic in ("led", "kept", "followed"):
-        _wait(lambda t=topic: len(_isr(b1, t)) == 3, what=f"{topic}: ISR of three")
+        wait_until(lambda t=topic: len(_isr(b1, t)) == 3, what=f"{topic}: ISR of three")
 
     with capture_logs() as logs:
         _fill(failing)
@@ -263,8 +256,8 @@ def test_a_failed_log_dir_takes_its_replicas_offline_and_the_controller_moves_th
                 for b in brokers
             )
 
-        _wait(lambda: moved("led", 1), what="led: leader 1, replica 0 offline")
-        _wait(lambda: moved("followed", 1), what="followed: replica 0 offline")
+        wait_until(lambda: moved("led", 1), what="led: leader 1, replica 0 offline")
+        wait_until(lambda: moved("followed", 1), what="followed: replica 0 offline")
         assert b0.replica("led", 0) is None and b0.replica("followed", 0) is None
         assert not [f for f in b0.replica_fetchers() if f.leader == 1]  # followed: not fetched
         with b0.wire() as client:

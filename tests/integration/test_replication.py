@@ -5,7 +5,6 @@ waits for the ISR, and a leader's death loses no acknowledged record."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +16,7 @@ from kplane.protocol.errors import ErrorCode
 from kplane.protocol.records import build_batch
 from kplane.testing.broker_view import PartitionInfo
 from kplane.testing.plugin import RunningBroker
-from tests.integration.helpers import produce, recs
-
-
-def _wait(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
-
+from tests.integration.helpers import produce, recs, wait_until
 
 RECEIVE_BUFFER = 200_000
 
@@ -56,7 +46,7 @@ def cluster(broker_factory, zookeeper, tmp_path: Path):  # type: ignore[no-untyp
 
     brokers = {i: start(i) for i in range(3)}
     for b in brokers.values():
-        _wait(lambda b=b: len(b.alive_brokers()) == 3, what="three brokers")
+        wait_until(lambda b=b: len(b.alive_brokers()) == 3, what="three brokers")
     return brokers, start
 
 
@@ -104,12 +94,12 @@ def _read_all(bootstrap: str, topic: str, expected: int) -> list[tuple[int, byte
 def test_every_replica_joins_the_isr_and_holds_the_records(cluster) -> None:  # type: ignore[no-untyped-def]
     brokers, _start = cluster
     _create(brokers[0], "replicated", **{"min.insync.replicas": "2"})
-    _wait(lambda: _all_in_sync(brokers, "replicated"), what="ISR of three")
+    wait_until(lambda: _all_in_sync(brokers, "replicated"), what="ISR of three")
     p = Producer({"bootstrap.servers": _bootstrap(brokers), "acks": "all", "linger.ms": 5})
     for i in range(200):
         p.produce("replicated", f"r-{i}".encode())
     assert p.flush(30) == 0
-    _wait(
+    wait_until(
         lambda: all(
             (replica := b.replica("replicated", 0)) is not None
             and replica.log_end_offset == 200
@@ -136,7 +126,7 @@ def test_a_follower_far_behind_catches_up_through_partial_fetches(cluster) -> No
     brokers, _start = cluster
     topic = "far-behind"
     _create(brokers[0], topic)
-    _wait(lambda: _all_in_sync(brokers, topic), what="ISR of three")
+    wait_until(lambda: _all_in_sync(brokers, topic), what="ISR of three")
     p = Producer(
         {
             "bootstrap.servers": _bootstrap(brokers),
@@ -148,7 +138,7 @@ def test_a_follower_far_behind_catches_up_through_partial_fetches(cluster) -> No
     for i in range(2000):
         p.produce(topic, f"{i:06d}".encode() * 40)
     assert p.flush(30) == 0
-    _wait(
+    wait_until(
         lambda: all(
             (replica := b.replica(topic, 0)) is not None and replica.log_end_offset == 2000
             for b in brokers.values()
@@ -161,7 +151,7 @@ def test_leader_death_loses_no_acknowledged_record(cluster) -> None:  # type: ig
     brokers, start = cluster
     topic = "failover"
     _create(brokers[0], topic, **{"min.insync.replicas": "2"})
-    _wait(lambda: _all_in_sync(brokers, topic), what="ISR of three")
+    wait_until(lambda: _all_in_sync(brokers, topic), what="ISR of three")
     acked: list[int] = []
     failed: list[str] = []
 
@@ -186,7 +176,7 @@ def test_leader_death_loses_no_acknowledged_record(cluster) -> None:  # type: ig
     leader = _partition(brokers[0], topic).leader
     brokers[leader].stop()
     survivors = {i: b for i, b in brokers.items() if i != leader}
-    _wait(
+    wait_until(
         lambda: all(
             (part := _partition(b, topic)) is not None and part.leader in survivors
             for b in survivors.values()
@@ -204,19 +194,19 @@ def test_leader_death_loses_no_acknowledged_record(cluster) -> None:  # type: ig
 
     # The old leader comes back, truncates what it had alone, and rejoins the ISR.
     brokers[leader] = start(leader)
-    _wait(lambda: _all_in_sync(brokers, topic), what="the old leader back in the ISR")
+    wait_until(lambda: _all_in_sync(brokers, topic), what="the old leader back in the ISR")
 
 
 def test_acks_all_needs_min_insync_replicas(cluster) -> None:  # type: ignore[no-untyped-def]
     brokers, _start = cluster
     topic = "min-isr"
     _create(brokers[0], topic, **{"min.insync.replicas": "2"})
-    _wait(lambda: _all_in_sync(brokers, topic), what="ISR of three")
+    wait_until(lambda: _all_in_sync(brokers, topic), what="ISR of three")
     leader = _partition(brokers[0], topic).leader
     for i, b in brokers.items():
         if i != leader:
             b.stop()
-    _wait(
+    wait_until(
         lambda: (part := _partition(brokers[leader], topic)) is not None and part.isr == (leader,),
         what="the ISR down to the leader",
     )
@@ -233,7 +223,7 @@ def test_controlled_shutdown_moves_leadership_without_producer_errors(cluster) -
     brokers, _start = cluster
     topic = "controlled"
     _create(brokers[0], topic, **{"min.insync.replicas": "2"})
-    _wait(lambda: _all_in_sync(brokers, topic), what="ISR of three")
+    wait_until(lambda: _all_in_sync(brokers, topic), what="ISR of three")
     leader = _partition(brokers[0], topic).leader
     errors: list[Any] = []
     acked: list[int] = []
@@ -297,7 +287,7 @@ def test_replication_over_a_sasl_ssl_inter_broker_listener(
     }
     brokers = {i: broker_factory({**common, "broker.id": str(i)}) for i in range(2)}
     for b in brokers.values():
-        _wait(lambda b=b: len(b.alive_brokers()) == 2, what="two brokers")
+        wait_until(lambda b=b: len(b.alive_brokers()) == 2, what="two brokers")
     admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap("PLAINTEXT")})
     # An ACL on the cluster: from now on only its principals have ClusterAction there.
     from confluent_kafka.admin import (
@@ -320,7 +310,7 @@ def test_replication_over_a_sasl_ssl_inter_broker_listener(
     for future in admin.create_acls([binding]).values():
         future.result(10)
     admin.create_topics([NewTopic("secure-replicated", 1, 2)])["secure-replicated"].result(15)
-    _wait(
+    wait_until(
         lambda: (p := _partition(brokers[0], "secure-replicated")) is not None and len(p.isr) == 2,
         what="ISR of two over SASL_SSL",
     )
@@ -328,7 +318,7 @@ def test_replication_over_a_sasl_ssl_inter_broker_listener(
     for i in range(50):
         p.produce("secure-replicated", f"s-{i}".encode())
     assert p.flush(30) == 0
-    _wait(
+    wait_until(
         lambda: all(
             (replica := b.replica("secure-replicated", 0)) is not None
             and replica.log_end_offset == 50
@@ -451,18 +441,18 @@ def test_preferred_leader_election(cluster) -> None:  # type: ignore[no-untyped-
     admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[0, 1, 2]])])[
         topic
     ].result(15)
-    _wait(lambda: _all_in_sync(brokers, topic), what="ISR of three")
+    wait_until(lambda: _all_in_sync(brokers, topic), what="ISR of three")
     assert _partition(brokers[1], topic).leader == 0
     brokers[0].stop()
-    _wait(lambda: _partition(brokers[1], topic).leader in (1, 2), what="leadership moved")
+    wait_until(lambda: _partition(brokers[1], topic).leader in (1, 2), what="leadership moved")
     brokers[0] = start(0)
-    _wait(lambda: _all_in_sync(brokers, topic), what="broker 0 back in the ISR")
+    wait_until(lambda: _all_in_sync(brokers, topic), what="broker 0 back in the ISR")
     assert _partition(brokers[1], topic).leader != 0
     admin = AdminClient({"bootstrap.servers": _bootstrap(brokers)})
     elected = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)])
     results = elected.result(15)
     assert results[TopicPartition(topic, 0)] is None
-    _wait(lambda: _partition(brokers[1], topic).leader == 0, what="preferred leader back")
+    wait_until(lambda: _partition(brokers[1], topic).leader == 0, what="preferred leader back")
     again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(15)
     assert again[TopicPartition(topic, 0)].code() == 84  # ELECTION_NOT_NEEDED
 
@@ -479,7 +469,7 @@ def test_partition_reassignment_with_kafka_python(cluster) -> None:  # type: ign
     admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[0, 1]])])[
         topic
     ].result(15)
-    _wait(
+    wait_until(
         lambda: (p := _partition(brokers[2], topic)) is not None and len(p.isr) == 2,
         what="ISR of two",
     )
@@ -492,7 +482,7 @@ def test_partition_reassignment_with_kafka_python(cluster) -> None:  # type: ign
     try:
         accepted = kadmin.alter_partition_reassignments({KTp(topic, 0): [1, 2]})
         assert accepted == {KTp(topic, 0): None}
-        _wait(
+        wait_until(
             lambda: (
                 (part := _partition(brokers[0], topic)) is not None
                 and part.replicas == (1, 2)
@@ -503,7 +493,7 @@ def test_partition_reassignment_with_kafka_python(cluster) -> None:  # type: ign
         assert kadmin.list_partition_reassignments() == {}
     finally:
         kadmin.close()
-    _wait(lambda: brokers[0].replica(topic, 0) is None, what="deleted")
+    wait_until(lambda: brokers[0].replica(topic, 0) is None, what="deleted")
     moved = brokers[2].replica(topic, 0)
     assert moved is not None and moved.log_end_offset == 100
     values = sorted(v for _, v in _read_all(_bootstrap(brokers), topic, 100))
@@ -554,7 +544,7 @@ def test_leader_replication_throttle(broker_factory) -> None:  # type: ignore[no
         ],
     )
     admin.incremental_alter_configs([resource])[resource].result(10)
-    _wait(lambda: follower_fetch() > 0, what="the throttle lifted")
+    wait_until(lambda: follower_fetch() > 0, what="the throttle lifted")
 
 
 def test_fetch_checks_the_current_leader_epoch(broker: RunningBroker) -> None:
@@ -596,7 +586,7 @@ def test_num_replica_fetchers_changes_live(cluster) -> None:  # type: ignore[no-
     brokers, _start = cluster
     topic = "refetched"
     _create(brokers[0], topic, partitions=6)
-    _wait(
+    wait_until(
         lambda: all(
             len(found := b.partitions(topic)) == 6
             and all(len(p.isr) == 3 for p in found.values())
@@ -605,11 +595,11 @@ def test_num_replica_fetchers_changes_live(cluster) -> None:  # type: ignore[no-
         what="six partitions in sync",
     )
     _set(brokers[0], "", {"num.replica.fetchers": "2"})  # the cluster-wide default
-    _wait(
+    wait_until(
         lambda: all(b.current_config("num.replica.fetchers") == 2 for b in brokers.values()),
         what="num.replica.fetchers=2 everywhere",
     )
-    _wait(
+    wait_until(
         lambda: any(
             len({f.fetcher_id for f in b.replica_fetchers()}) == 2 for b in brokers.values()
         ),

@@ -17,17 +17,22 @@ from kplane.protocol.errors import ErrorCode, KafkaError
 ZERO_UUID = uuid.UUID(int=0)
 
 
-class DelayedCreateTopics(DelayedOperation):
-    """Kafka's DelayedCreatePartitions: CreateTopics is answered once every topic it
-    created has its partitions, with leaders, in this broker's metadata, so a client may
-    use the topic as soon as it is told it exists; topics still missing at the request's
-    timeout are answered REQUEST_TIMED_OUT."""
+class DelayedTopicOperation(DelayedOperation):
+    """Kafka's topic purgatory: a CreateTopics or DeleteTopics answered once every topic it
+    changed is ``settled`` in this broker's metadata, so the client may act on what it is
+    told at once; topics not settled at the request's timeout are REQUEST_TIMED_OUT."""
 
     def __init__(
-        self, apis: TopicApis, ctx: RequestContext, results: list[dict[str, Any]], delay_ms: float
+        self,
+        settled: Callable[[str], bool],
+        answer: Callable[[RequestContext, list[dict[str, Any]]], None],
+        ctx: RequestContext,
+        results: list[dict[str, Any]],
+        delay_ms: float,
     ) -> None:
         super().__init__(delay_ms)
-        self.apis = apis
+        self.settled = settled
+        self.answer = answer
         self.ctx = ctx
         self.results = results
 
@@ -35,7 +40,7 @@ class DelayedCreateTopics(DelayedOperation):
         return [
             r
             for r in self.results
-            if r["error_code"] == ErrorCode.none and not self.apis.has_leaders(r["name"])
+            if r["error_code"] == ErrorCode.none and not self.settled(r["name"])
         ]
 
     def try_complete(self) -> bool:
@@ -47,46 +52,7 @@ class DelayedCreateTopics(DelayedOperation):
                 "error_code": ErrorCode.request_timed_out,
                 "error_message": "Operation timed out.",
             }
-        self.apis.answer_create_topics(self.ctx, self.results)
-
-
-class DelayedDeleteTopics(DelayedOperation):
-    """Kafka's DelayedDeleteTopics: DeleteTopics is answered once every topic it deleted is
-    gone from this broker's metadata (the controller's UpdateMetadata came), so a topic of
-    the same name can be created at once; topics still there at the request's timeout are
-    answered REQUEST_TIMED_OUT."""
-
-    def __init__(
-        self, cache: MetadataCache, ctx: RequestContext, results: list[Any], delay_ms: float
-    ) -> None:
-        super().__init__(delay_ms)
-        self.cache = cache
-        self.ctx = ctx
-        self.results = results
-
-    def _waiting(self) -> list[dict[str, Any]]:
-        return [
-            r
-            for r in self.results
-            if r["error_code"] == ErrorCode.none and self.cache.topic(r["name"]) is not None
-        ]
-
-    def try_complete(self) -> bool:
-        return not self._waiting() and self.force_complete()
-
-    def on_complete(self) -> None:
-        for result in self._waiting():
-            result |= {
-                "error_code": ErrorCode.request_timed_out,
-                "error_message": "Operation timed out.",
-            }
-        answer_delete_topics(self.ctx, self.results)
-
-
-def answer_delete_topics(ctx: RequestContext, results: list[dict[str, Any]]) -> None:
-    """The DeleteTopics answer, one result per topic."""
-    topics = tuple(ctx.make("DeletableTopicResult", **values) for values in results)
-    ctx.respond(ctx.make_response(responses=topics))
+        self.answer(self.ctx, self.results)
 
 
 class TopicApis:
@@ -183,13 +149,34 @@ class TopicApis:
         if req.validate_only or timeout_ms <= 0:
             self.answer_create_topics(ctx, results)
             return
-        delayed = DelayedCreateTopics(self, ctx, results, timeout_ms)
-        self.purgatory.try_complete_else_watch(delayed, [r["name"] for r in results])
+        # Kafka's DelayedCreatePartitions: until each topic has its leaders here
+        self._park(self.has_leaders, self.answer_create_topics, ctx, results, timeout_ms)
 
     def answer_create_topics(self, ctx: RequestContext, results: list[dict[str, Any]]) -> None:
         """The CreateTopics answer, one result per topic."""
         topics = tuple(ctx.make("CreatableTopicResult", **values) for values in results)
         ctx.respond(ctx.make_response(topics=topics))
+
+    @staticmethod
+    def answer_delete_topics(ctx: RequestContext, results: list[dict[str, Any]]) -> None:
+        """The DeleteTopics answer, one result per topic."""
+        topics = tuple(ctx.make("DeletableTopicResult", **values) for values in results)
+        ctx.respond(ctx.make_response(responses=topics))
+
+    def _gone(self, topic: str) -> bool:
+        return self.cache.topic(topic) is None
+
+    def _park(
+        self,
+        settled: Callable[[str], bool],
+        answer: Callable[[RequestContext, list[dict[str, Any]]], None],
+        ctx: RequestContext,
+        results: list[dict[str, Any]],
+        timeout_ms: float,
+    ) -> None:
+        """Answer once every topic of ``results`` is ``settled``, or at ``timeout_ms``."""
+        delayed = DelayedTopicOperation(settled, answer, ctx, results, timeout_ms)
+        self.purgatory.try_complete_else_watch(delayed, [r["name"] for r in results])
 
     def handle_delete_topics(self, ctx: RequestContext) -> None:
         req = ctx.body
@@ -221,10 +208,10 @@ class TopicApis:
             )
         timeout_ms = req.timeout.total_seconds() * 1000.0
         if timeout_ms <= 0:
-            answer_delete_topics(ctx, results)
+            self.answer_delete_topics(ctx, results)
             return
-        delayed = DelayedDeleteTopics(self.cache, ctx, results, timeout_ms)
-        self.purgatory.try_complete_else_watch(delayed, [r["name"] for r in results])
+        # Kafka's DelayedDeleteTopics: until each topic is gone from the metadata here
+        self._park(self._gone, self.answer_delete_topics, ctx, results, timeout_ms)
 
     def handle_create_partitions(self, ctx: RequestContext) -> None:
         req = ctx.body
