@@ -174,9 +174,11 @@ class TopicApis:
         results: list[dict[str, Any]],
         timeout_ms: float,
     ) -> None:
-        """Answer once every topic of ``results`` is ``settled``, or at ``timeout_ms``."""
+        """Answer once every topic of ``results`` is ``settled``, at ``timeout_ms``, or at
+        once when the client leaves (its connection then closes without waiting)."""
         delayed = DelayedTopicOperation(settled, answer, ctx, results, timeout_ms)
         self.purgatory.try_complete_else_watch(delayed, [r["name"] for r in results])
+        ctx.request.on_disconnect(delayed.force_complete)
 
     def handle_delete_topics(self, ctx: RequestContext) -> None:
         req = ctx.body
