@@ -30,6 +30,7 @@ from structlog.testing import capture_logs
 from kplane.protocol import api
 from kplane.protocol.framing import encode_request_frame
 from kplane.testing.plugin import RunningBroker
+from tests.integration.helpers import wait_until
 from tests.repo import REPO_ROOT
 
 ANSWERED, WAITING, CLOSED = "answered", "waiting", "closed"
@@ -174,7 +175,9 @@ def test_max_connections_per_ip_closes_the_extra_connection(broker_factory, clie
     # 127.0.0.1's override lets it hold more than the default of 2
     assert [c.ask() for c in _open(clients, broker, 6, "127.0.0.1")] == [ANSWERED] * 6
     assert _admin(broker).list_topics(timeout=10).brokers
+    before = len(broker.connections())
     held[0].close()
+    wait_until(lambda: len(broker.connections()) < before, what="the closed connection gone")
     [again] = _open(clients, broker, 1)  # a freed slot is taken again
     assert again.ask() == ANSWERED
 
