@@ -13,15 +13,16 @@ from typing import Any
 import pytest
 
 from kplane.broker.config.endpoint import SecurityProtocol
-from kplane.broker.group.coordinator import GroupConfig, GroupCoordinator, MemberIdentity
-from kplane.broker.group.group_metadata import (
-    GroupMetadata,
-    GroupState,
+from kplane.broker.group.classic_group import (
+    ClassicGroup,
+    ClassicGroupMember,
+    ClassicGroupState,
     JoinGroupResult,
-    MemberMetadata,
-    OffsetAndMetadata,
-    TopicPartition,
 )
+from kplane.broker.group.classic_protocol import MemberIdentity
+from kplane.broker.group.coordinator import GroupCoordinator
+from kplane.broker.group.group import OffsetAndMetadata, TopicPartition
+from kplane.broker.group.group_config import GroupConfig
 from kplane.broker.network.request_channel import Request, Response
 from kplane.broker.server.context import RequestContext
 from kplane.broker.server.group_apis import GroupApis
@@ -85,7 +86,7 @@ def join(
     require_known: bool = False,
 ) -> Future[JoinGroupResult]:
     return call(
-        coord.join_group,
+        coord.classic.join_group,
         group,
         member_id,
         instance,
@@ -108,7 +109,14 @@ def sync(
     instance: str | None = None,
 ) -> Future[Any]:
     return call(
-        coord.sync_group, group, generation, member_id, instance, None, None, assignments or {}
+        coord.classic.sync_group,
+        group,
+        generation,
+        member_id,
+        instance,
+        None,
+        None,
+        assignments or {},
     )
 
 
@@ -119,7 +127,7 @@ def heartbeat(
     generation: int,
     instance: str | None = None,
 ) -> ErrorCode:
-    return call(coord.heartbeat, group, member_id, instance, generation).result(WAIT)
+    return call(coord.classic.heartbeat, group, member_id, instance, generation).result(WAIT)
 
 
 def describe(coord: GroupCoordinator, group: str) -> Any:
@@ -227,10 +235,10 @@ def test_three_members_join_and_sync(timer: SystemTimer) -> None:
 
 
 def test_protocol_selection_by_vote() -> None:
-    group = GroupMetadata("g")
+    group = ClassicGroup("g")
 
-    def member(mid: str, names: list[str]) -> MemberMetadata:
-        return MemberMetadata(
+    def member(mid: str, names: list[str]) -> ClassicGroupMember:
+        return ClassicGroupMember(
             mid, None, "c", "h", 1000, 1000, "consumer", [(n, b"") for n in names]
         )
 
@@ -243,7 +251,7 @@ def test_protocol_selection_by_vote() -> None:
     group.add(member("d", ["range", "sticky"]))
     assert group.select_protocol() == "range"  # only protocol all support
     assert group.supports_protocols("other", ["x"])  # an Empty group takes anything
-    group.state = GroupState.STABLE
+    group.state = ClassicGroupState.STABLE
     assert group.supports_protocols("consumer", ["range", "x"])
     assert not group.supports_protocols("consumer", ["sticky"])
     assert not group.supports_protocols("other", ["range"])
@@ -297,7 +305,7 @@ def test_rebalance_when_member_leaves(timer: SystemTimer) -> None:
     try:
         generation, ids, leader = stable_group(coord, "g", 3)
         leaving = next(m for m in ids if m != leader)
-        result = call(coord.leave_group, "g", [MemberIdentity(leaving)]).result(WAIT)
+        result = call(coord.classic.leave_group, "g", [MemberIdentity(leaving)]).result(WAIT)
         assert result.error is ErrorCode.none
         assert [m.error for m in result.members] == [ErrorCode.none]
         assert describe(coord, "g").state == "PreparingRebalance"
@@ -314,7 +322,7 @@ def test_rebalance_when_member_leaves(timer: SystemTimer) -> None:
         leader_result = next(r for r in results if r.member_id == new_leader)
         assert {m.member_id for m in leader_result.members} == set(rest)
 
-        again = call(coord.leave_group, "g", [MemberIdentity(leaving)]).result(WAIT)
+        again = call(coord.classic.leave_group, "g", [MemberIdentity(leaving)]).result(WAIT)
         assert [m.error for m in again.members] == [ErrorCode.unknown_member_id]
     finally:
         coord.shutdown()
@@ -424,7 +432,7 @@ def test_static_member_rejoin_keeps_generation_and_assignment(timer: SystemTimer
         assert heartbeat(coord, "g", again.member_id, 1, "i-2") is ErrorCode.none
 
         # Leaving by instance id alone (what admin tools do).
-        left = call(coord.leave_group, "g", [MemberIdentity("", "i-2")]).result(WAIT)
+        left = call(coord.classic.leave_group, "g", [MemberIdentity("", "i-2")]).result(WAIT)
         assert [m.error for m in left.members] == [ErrorCode.none]
         assert describe(coord, "g").state == "PreparingRebalance"
     finally:

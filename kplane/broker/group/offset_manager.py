@@ -2,7 +2,7 @@
 
 The GroupCoordinator validates who may commit or delete (membership, generation, state) and
 calls this manager, which stores, fetches, deletes and expires the offsets. They are kept per
-group in :class:`~broker.group.group_metadata.GroupMetadata` (``offsets``) and written through
+group in its :class:`~kplane.broker.group.group.Group` (``offsets``) and written through
 to an :class:`OffsetStore` (the metadata store, at Kafka's ZooKeeper offset layout
 ``/consumers/<group>/offsets/<topic>/<partition>``), which is the truth: a fetch reads it, so
 a coordinator that took a group over from another broker answers what that one stored.
@@ -18,14 +18,7 @@ from typing import Protocol
 
 import structlog
 
-from kplane.broker.group.group_metadata import (
-    CONSUMER_PROTOCOL_TYPE,
-    GroupMetadata,
-    GroupState,
-    OffsetAndMetadata,
-    TopicPartition,
-    now_ms,
-)
+from kplane.broker.group.group import Group, OffsetAndMetadata, TopicPartition, now_ms
 from kplane.broker.utils.timer import SystemTimer, TimerTask
 from kplane.protocol.errors import ErrorCode
 
@@ -154,8 +147,8 @@ class OffsetManager:
         self,
         timer: SystemTimer,
         partition_exists: Callable[[str, int], bool],
-        groups: Callable[[], list[GroupMetadata]],
-        remove_group: Callable[[GroupMetadata], None],
+        groups: Callable[[], list[Group]],
+        remove_group: Callable[[Group], None],
         *,
         retention_ms: int,
         retention_check_interval_ms: int,
@@ -193,7 +186,7 @@ class OffsetManager:
 
     def store_offsets(
         self,
-        group: GroupMetadata,
+        group: Group,
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
         retention_ms: int,
     ) -> dict[TopicPartition, ErrorCode]:
@@ -239,7 +232,7 @@ class OffsetManager:
     # transactional offsets (KIP-98) ---------------------------------------------------------
     def store_txn_offsets(
         self,
-        group: GroupMetadata,
+        group: Group,
         producer_id: int,
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
     ) -> dict[TopicPartition, ErrorCode]:
@@ -261,7 +254,7 @@ class OffsetManager:
         errors.update(dict.fromkeys(accepted, ErrorCode.none))
         return errors
 
-    def complete_txn_offsets(self, group: GroupMetadata, producer_id: int, commit: bool) -> bool:
+    def complete_txn_offsets(self, group: Group, producer_id: int, commit: bool) -> bool:
         """The producer's transaction ended: its pending offsets of ``group`` become
         committed, or are dropped on abort. Returns whether it had any."""
         if self._store is not None:
@@ -285,7 +278,7 @@ class OffsetManager:
         """Every group the store holds offsets (or pending ones) of."""
         return self._store.groups_with_offsets() if self._store is not None else []
 
-    def pending_partitions(self, group_id: str, group: GroupMetadata | None) -> set[TopicPartition]:
+    def pending_partitions(self, group_id: str, group: Group | None) -> set[TopicPartition]:
         """Partitions of the group with offsets pending in an open transaction."""
         if self._store is not None:
             return {
@@ -300,7 +293,7 @@ class OffsetManager:
     def get_offsets(
         self,
         group_id: str,
-        group: GroupMetadata | None,
+        group: Group | None,
         partitions: Sequence[TopicPartition] | None,
         require_stable: bool = False,
     ) -> OffsetFetchResult:
@@ -315,9 +308,9 @@ class OffsetManager:
             )
         else:
             with group.lock:
-                if self._store is not None and not group.is_(GroupState.DEAD):
+                if self._store is not None and not group.is_dead:
                     group.offsets = read_group_offsets(self._store, group.group_id)
-                stored = {} if group.is_(GroupState.DEAD) else dict(group.offsets)
+                stored = {} if group.is_dead else dict(group.offsets)
         wanted = sorted(stored) if partitions is None else partitions
         unstable = self.pending_partitions(group_id, group) if require_stable else set()
         for tp in wanted:
@@ -331,7 +324,7 @@ class OffsetManager:
         return OffsetFetchResult(ErrorCode.none, result)
 
     def delete_offsets(
-        self, group: GroupMetadata, partitions: Iterable[TopicPartition]
+        self, group: Group, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, ErrorCode]:
         """Delete the committed offsets of ``partitions``."""
         errors: dict[TopicPartition, ErrorCode] = {}
@@ -343,13 +336,13 @@ class OffsetManager:
             errors[tp] = ErrorCode.none
         return errors
 
-    def delete_all_offsets(self, group: GroupMetadata) -> None:
+    def delete_all_offsets(self, group: Group) -> None:
         """Delete every committed offset of ``group`` (the group is being deleted)."""
         if self._store is not None:
             self._store.delete_group_offsets(group.group_id)
         group.offsets.clear()
 
-    def load_groups(self, create: Callable[[str], GroupMetadata | None]) -> int:
+    def load_groups(self, create: Callable[[str], Group | None]) -> int:
         """At start-up: every group with stored offsets, created Empty by ``create`` with
         its offsets (members rejoin, as after a coordinator move in Kafka). Returns how
         many."""
@@ -382,21 +375,13 @@ class OffsetManager:
                 for tp in expired:
                     del group.offsets[tp]
                 expired_total += len(expired)
-                if (
-                    group.is_(GroupState.EMPTY)
-                    and not group.offsets
-                    and not group.pending_txn_offsets
-                    and not group.members
-                    and not group.pending_members
-                ):
-                    group.transition_to(GroupState.DEAD)
+                if group.is_empty and not group.offsets and not group.pending_txn_offsets:
+                    group.mark_dead()
                     self._remove_group(group)
                     log.info("removed empty group with no offsets", group=group.group_id)
         return expired_total
 
-    def _still_stored(
-        self, group: GroupMetadata, expired: list[TopicPartition]
-    ) -> list[TopicPartition]:
+    def _still_stored(self, group: Group, expired: list[TopicPartition]) -> list[TopicPartition]:
         """Of ``expired``, those the store holds as this broker knows them (another
         coordinator may have stored a newer commit since)."""
         assert self._store is not None
@@ -404,32 +389,20 @@ class OffsetManager:
         return [tp for tp in expired if stored.get(tp) in (None, group.offsets.get(tp))]
 
     @staticmethod
-    def _expired_offsets(group: GroupMetadata, now: int, retention: int) -> list[TopicPartition]:
-        def expired(base: Callable[[OffsetAndMetadata], int], keep: Iterable[str] = ()) -> list:
-            keep_topics = set(keep)
-            out = []
-            for tp, om in group.offsets.items():
-                if tp.topic in keep_topics:
-                    continue
-                if om.expire_timestamp_ms is not None:
-                    if now >= om.expire_timestamp_ms:
-                        out.append(tp)
-                elif now - base(om) >= retention:
+    def _expired_offsets(group: Group, now: int, retention: int) -> list[TopicPartition]:
+        expiration = group.offset_expiration()
+        if expiration is None:
+            return []
+        out = []
+        for tp, om in group.offsets.items():
+            if tp.topic in expiration.kept_topics:
+                continue
+            if om.expire_timestamp_ms is not None:
+                if now >= om.expire_timestamp_ms:
                     out.append(tp)
-            return out
-
-        if not group.protocol_type:
-            return expired(lambda om: om.commit_timestamp_ms)
-        if group.is_(GroupState.EMPTY):
-            state_ts = group.state_timestamp_ms
-            return expired(lambda om: state_ts if state_ts is not None else om.commit_timestamp_ms)
-        if (
-            group.protocol_type == CONSUMER_PROTOCOL_TYPE
-            and group.subscribed_topics is not None
-            and group.is_(GroupState.STABLE)
-        ):
-            return expired(lambda om: om.commit_timestamp_ms, group.subscribed_topics)
-        return []
+            elif now - expiration.base(om) >= retention:
+                out.append(tp)
+        return out
 
     def _periodic_offset_expiry(self) -> None:
         if self._shutdown:

@@ -17,16 +17,15 @@ from typing import Any
 
 import structlog
 
-from kplane.broker.group.coordinator import GroupCoordinator, LeaveGroupResult, MemberIdentity
-from kplane.broker.group.group_metadata import (
+from kplane.broker.group.classic_group import (
     UNKNOWN_MEMBER_ID,
     GroupDescription,
-    GroupOverview,
     JoinGroupResult,
-    OffsetAndMetadata,
     SyncGroupResult,
-    TopicPartition,
 )
+from kplane.broker.group.classic_protocol import LeaveGroupResult, MemberIdentity
+from kplane.broker.group.coordinator import GroupCoordinator
+from kplane.broker.group.group import GroupOverview, OffsetAndMetadata, TopicPartition
 from kplane.broker.group.offset_manager import (
     OffsetDeleteResult,
     OffsetFetchPartition,
@@ -151,7 +150,7 @@ class GroupApis:
                 )
             )
 
-        self.coordinator.join_group(
+        self.coordinator.classic.join_group(
             group_id=req.group_id,
             member_id=req.member_id,
             group_instance_id=getattr(req, "group_instance_id", None),
@@ -186,7 +185,7 @@ class GroupApis:
             # v5+ must name the protocol type and name (Kafka's mandatory check).
             done(SyncGroupResult(ErrorCode.inconsistent_group_protocol))
             return
-        self.coordinator.sync_group(
+        self.coordinator.classic.sync_group(
             group_id=req.group_id,
             generation_id=req.generation_id,
             member_id=req.member_id,
@@ -199,7 +198,7 @@ class GroupApis:
 
     def heartbeat(self, ctx: RequestContext) -> None:
         req = ctx.body
-        self.coordinator.heartbeat(
+        self.coordinator.classic.heartbeat(
             group_id=req.group_id,
             member_id=req.member_id,
             group_instance_id=getattr(req, "group_instance_id", None),
@@ -234,7 +233,7 @@ class GroupApis:
                 )
             ctx.respond(ctx.make_response(error_code=error, members=members))
 
-        self.coordinator.leave_group(req.group_id, leaving, done)
+        self.coordinator.classic.leave_group(req.group_id, leaving, done)
 
     # -- offsets --------------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ from kplane.broker.config.endpoint import EndPoint
 from kplane.broker.config.kafka_config import KafkaConfig
 from kplane.broker.controller.channel_manager import ControllerChannelManager
 from kplane.broker.controller.controller import KafkaController
-from kplane.broker.group.coordinator import GroupConfig, GroupCoordinator
+from kplane.broker.group.coordinator import GroupCoordinator
+from kplane.broker.group.group_config import GroupConfig
 from kplane.broker.group.placement import coordinator_for, partition_leader
 from kplane.broker.log.log_cleaner import CleanerConfig
 from kplane.broker.log.log_config import LogConfigs

@@ -1,4 +1,4 @@
-"""GroupMetadata: the state of one classic consumer group, as Kafka's coordinator keeps it.
+"""ClassicGroup: the state of one classic consumer group, as Kafka's coordinator keeps it.
 
 Plain data and state transitions only: no timers, no callbacks run here. The coordinator
 holds ``group.lock`` around every read and write, takes the parked join/sync callbacks out
@@ -10,14 +10,25 @@ from __future__ import annotations
 import enum
 import struct
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
+import structlog
+
+from kplane.broker.group.group import (
+    Group,
+    GroupOverview,
+    GroupType,
+    OffsetExpiration,
+    OffsetsByPartition,
+    now_ms,
+)
 from kplane.protocol.errors import ErrorCode
+
+log = structlog.get_logger(__name__)
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 NO_PROTOCOL = ""
@@ -26,7 +37,7 @@ UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
 
 
-class GroupState(enum.Enum):
+class ClassicGroupState(enum.Enum):
     """The five states of a classic group; the value is the name Kafka reports."""
 
     EMPTY = "Empty"
@@ -36,39 +47,23 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
-_VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
-    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
-    GroupState.PREPARING_REBALANCE: frozenset(
-        {GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}
+_VALID_PREVIOUS: dict[ClassicGroupState, frozenset[ClassicGroupState]] = {
+    ClassicGroupState.EMPTY: frozenset({ClassicGroupState.PREPARING_REBALANCE}),
+    ClassicGroupState.PREPARING_REBALANCE: frozenset(
+        {ClassicGroupState.STABLE, ClassicGroupState.COMPLETING_REBALANCE, ClassicGroupState.EMPTY}
     ),
-    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
-    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
-    GroupState.DEAD: frozenset(
+    ClassicGroupState.COMPLETING_REBALANCE: frozenset({ClassicGroupState.PREPARING_REBALANCE}),
+    ClassicGroupState.STABLE: frozenset({ClassicGroupState.COMPLETING_REBALANCE}),
+    ClassicGroupState.DEAD: frozenset(
         {
-            GroupState.STABLE,
-            GroupState.PREPARING_REBALANCE,
-            GroupState.COMPLETING_REBALANCE,
-            GroupState.EMPTY,
-            GroupState.DEAD,
+            ClassicGroupState.STABLE,
+            ClassicGroupState.PREPARING_REBALANCE,
+            ClassicGroupState.COMPLETING_REBALANCE,
+            ClassicGroupState.EMPTY,
+            ClassicGroupState.DEAD,
         }
     ),
 }
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetAndMetadata:
-    """A committed offset. ``expire_timestamp_ms`` is set only by OffsetCommit v2-v4 retention."""
-
-    offset: int
-    leader_epoch: int = -1
-    metadata: str = ""
-    commit_timestamp_ms: int = 0
-    expire_timestamp_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +100,7 @@ SyncCallback = Callable[[SyncGroupResult], None]
 
 
 @dataclass(eq=False)
-class MemberMetadata:
+class ClassicGroupMember:
     """One member of a group. ``protocols`` keeps the member's order of preference."""
 
     member_id: str
@@ -179,18 +174,6 @@ class GroupDescription:
     error: ErrorCode = ErrorCode.none
 
 
-@dataclass(frozen=True, slots=True)
-class GroupOverview:
-    group_id: str
-    protocol_type: str
-    state: str
-    group_type: str = "classic"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def parse_subscribed_topics(metadata: bytes) -> set[str] | None:
     """Topics of a ConsumerProtocolSubscription (any version), or None if it does not parse."""
     try:
@@ -210,27 +193,24 @@ def parse_subscribed_topics(metadata: bytes) -> set[str] | None:
 
 
 @dataclass(eq=False)
-class GroupMetadata:
+class ClassicGroup(Group):
     """A classic group: members, generation, selected protocol, leader and offsets."""
 
     group_id: str
-    state: GroupState = GroupState.EMPTY
+    state: ClassicGroupState = ClassicGroupState.EMPTY
     state_timestamp_ms: int | None = None
     protocol_type: str | None = None
     protocol_name: str | None = None
     generation_id: int = 0
     leader_id: str | None = None
-    members: dict[str, MemberMetadata] = field(default_factory=dict)
+    members: dict[str, ClassicGroupMember] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)
     pending_members: set[str] = field(default_factory=set)
     pending_sync_members: set[str] = field(default_factory=set)
     num_members_awaiting_join: int = 0
     new_member_added: bool = False
-    offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
-    pending_txn_offsets: dict[int, dict[TopicPartition, OffsetAndMetadata]] = field(
-        default_factory=dict
-    )
-    """Offsets committed in transactions not yet completed, by producer id (KIP-98)."""
+    offsets: OffsetsByPartition = field(default_factory=dict)
+    pending_txn_offsets: dict[int, OffsetsByPartition] = field(default_factory=dict)
     subscribed_topics: set[str] | None = None
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     # Timer bookkeeping owned by the coordinator.
@@ -240,10 +220,10 @@ class GroupMetadata:
 
     # -- state --------------------------------------------------------------------------
 
-    def is_(self, state: GroupState) -> bool:
+    def is_(self, state: ClassicGroupState) -> bool:
         return self.state is state
 
-    def transition_to(self, state: GroupState) -> None:
+    def transition_to(self, state: ClassicGroupState) -> None:
         if self.state not in _VALID_PREVIOUS[state]:
             raise RuntimeError(
                 f"group {self.group_id}: cannot move from {self.state.value} to {state.value}"
@@ -253,7 +233,7 @@ class GroupMetadata:
 
     @property
     def can_rebalance(self) -> bool:
-        return self.state in _VALID_PREVIOUS[GroupState.PREPARING_REBALANCE]
+        return self.state in _VALID_PREVIOUS[ClassicGroupState.PREPARING_REBALANCE]
 
     # -- membership ---------------------------------------------------------------------
 
@@ -264,7 +244,7 @@ class GroupMetadata:
     def has(self, member_id: str) -> bool:
         return member_id in self.members
 
-    def get(self, member_id: str) -> MemberMetadata:
+    def get(self, member_id: str) -> ClassicGroupMember:
         return self.members[member_id]
 
     def is_leader(self, member_id: str) -> bool:
@@ -281,7 +261,7 @@ class GroupMetadata:
         prefix = group_instance_id if group_instance_id is not None else client_id
         return f"{prefix}-{uuid.uuid4()}"
 
-    def add(self, member: MemberMetadata, callback: JoinCallback | None = None) -> None:
+    def add(self, member: ClassicGroupMember, callback: JoinCallback | None = None) -> None:
         if member.group_instance_id is not None:
             self.static_members[member.group_instance_id] = member.member_id
         if not self.members:
@@ -295,7 +275,7 @@ class GroupMetadata:
             self.num_members_awaiting_join += 1
         self.pending_members.discard(member.member_id)
 
-    def remove(self, member_id: str) -> MemberMetadata | None:
+    def remove(self, member_id: str) -> ClassicGroupMember | None:
         """Drop a member (or a pending member); parked callbacks are the caller's to answer."""
         member = self.members.pop(member_id, None)
         if member is not None:
@@ -313,7 +293,7 @@ class GroupMetadata:
 
     def update_member(
         self,
-        member: MemberMetadata,
+        member: ClassicGroupMember,
         protocols: Sequence[tuple[str, bytes]],
         rebalance_timeout_ms: int,
         session_timeout_ms: int,
@@ -334,7 +314,7 @@ class GroupMetadata:
         member.awaiting_join = callback
         return previous
 
-    def take_join_callback(self, member: MemberMetadata) -> JoinCallback | None:
+    def take_join_callback(self, member: ClassicGroupMember) -> JoinCallback | None:
         """Clear the member's parked JoinGroup and return its callback (None if not parked)."""
         callback = member.awaiting_join
         if callback is not None:
@@ -342,14 +322,14 @@ class GroupMetadata:
             self.num_members_awaiting_join -= 1
         return callback
 
-    def take_sync_callback(self, member: MemberMetadata) -> SyncCallback | None:
+    def take_sync_callback(self, member: ClassicGroupMember) -> SyncCallback | None:
         callback = member.awaiting_sync
         member.awaiting_sync = None
         return callback
 
     def replace_static_member(
         self, group_instance_id: str, old_member_id: str, new_member_id: str
-    ) -> tuple[MemberMetadata, JoinCallback | None, SyncCallback | None]:
+    ) -> tuple[ClassicGroupMember, JoinCallback | None, SyncCallback | None]:
         """Give a static member a new member id; returns it and the old id's parked callbacks."""
         member = self.members.pop(old_member_id)
         join_cb = self.take_join_callback(member)
@@ -364,14 +344,14 @@ class GroupMetadata:
             self.pending_sync_members.add(new_member_id)
         return member, join_cb, sync_cb
 
-    def all_members(self) -> list[MemberMetadata]:
+    def all_members(self) -> list[ClassicGroupMember]:
         return list(self.members.values())
 
     @property
     def has_all_members_joined(self) -> bool:
         return len(self.members) == self.num_members_awaiting_join and not self.pending_members
 
-    def not_yet_rejoined_members(self) -> list[MemberMetadata]:
+    def not_yet_rejoined_members(self) -> list[ClassicGroupMember]:
         return [m for m in self.members.values() if not m.is_awaiting_join]
 
     def maybe_elect_new_joined_leader(self) -> bool:
@@ -399,7 +379,7 @@ class GroupMetadata:
 
     def supports_protocols(self, protocol_type: str, protocols: Iterable[str]) -> bool:
         names = set(protocols)
-        if self.is_(GroupState.EMPTY):
+        if self.is_(ClassicGroupState.EMPTY):
             return bool(protocol_type) and bool(names)
         n = len(self.members)
         return self.protocol_type == protocol_type and any(
@@ -425,11 +405,11 @@ class GroupMetadata:
         if self.members:
             self.protocol_name = self.select_protocol()
             self.subscribed_topics = self._compute_subscribed_topics()
-            self.transition_to(GroupState.COMPLETING_REBALANCE)
+            self.transition_to(ClassicGroupState.COMPLETING_REBALANCE)
         else:
             self.protocol_name = None
             self.subscribed_topics = self._compute_subscribed_topics()
-            self.transition_to(GroupState.EMPTY)
+            self.transition_to(ClassicGroupState.EMPTY)
         self.pending_sync_members.clear()
 
     def _compute_subscribed_topics(self) -> set[str] | None:
@@ -460,7 +440,7 @@ class GroupMetadata:
     # -- views --------------------------------------------------------------------------
 
     def describe(self) -> GroupDescription:
-        stable = self.is_(GroupState.STABLE) and self.protocol_name is not None
+        stable = self.is_(ClassicGroupState.STABLE) and self.protocol_name is not None
         members = tuple(
             MemberDescription(
                 member_id=m.member_id,
@@ -482,3 +462,112 @@ class GroupMetadata:
 
     def overview(self) -> GroupOverview:
         return GroupOverview(self.group_id, self.protocol_type or "", self.state.value)
+
+    # -- Group ----------------------------------------------------------------------------
+
+    @property
+    def group_type(self) -> GroupType:
+        return GroupType.CLASSIC
+
+    @property
+    def state_name(self) -> str:
+        return self.state.value
+
+    @property
+    def is_dead(self) -> bool:
+        return self.state is ClassicGroupState.DEAD
+
+    @property
+    def is_empty(self) -> bool:
+        return (
+            self.state is ClassicGroupState.EMPTY and not self.members and not self.pending_members
+        )
+
+    def mark_dead(self) -> None:
+        self.transition_to(ClassicGroupState.DEAD)
+
+    def validate_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
+        """UNKNOWN_MEMBER_ID or FENCED_INSTANCE_ID unless ``member_id`` is the current member
+        (of ``group_instance_id``, for a static member)."""
+        if group_instance_id is not None:
+            current = self.current_static_member_id(group_instance_id)
+            if current is None:
+                return ErrorCode.unknown_member_id
+            if current != member_id:
+                log.info(
+                    "fenced static member",
+                    group=self.group_id,
+                    group_instance_id=group_instance_id,
+                    member=member_id,
+                    current_member=current,
+                )
+                return ErrorCode.fenced_instance_id
+            return None
+        if not self.has(member_id):
+            return ErrorCode.unknown_member_id
+        return None
+
+    def validate_offset_commit(
+        self,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_or_member_epoch: int,
+        transactional: bool,
+    ) -> ErrorCode | None:
+        """Generation -1 with no member id is a standalone commit, allowed while the group
+        has no members (and always for a transaction, KIP-447)."""
+        if self.is_dead:
+            return ErrorCode.coordinator_not_available
+        if (
+            generation_or_member_epoch >= 0
+            or member_id != UNKNOWN_MEMBER_ID
+            or (group_instance_id is not None and not transactional)
+        ):
+            error = self.validate_member(member_id, group_instance_id)
+            if error is None and generation_or_member_epoch != self.generation_id:
+                error = ErrorCode.illegal_generation
+            if (
+                error is None
+                and not transactional
+                and self.is_(ClassicGroupState.COMPLETING_REBALANCE)
+            ):
+                error = ErrorCode.rebalance_in_progress
+            return error
+        if not transactional and not self.is_(ClassicGroupState.EMPTY):
+            return ErrorCode.unknown_member_id  # only members commit for a group with members
+        return None
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode | None:
+        return None
+
+    def validate_offset_delete(self) -> ErrorCode | None:
+        if self.is_dead:
+            return ErrorCode.group_id_not_found
+        if not self.is_(ClassicGroupState.EMPTY) and self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return ErrorCode.non_empty_group
+        return None
+
+    def validate_delete_group(self) -> ErrorCode | None:
+        if self.is_dead:
+            return ErrorCode.group_id_not_found
+        if not self.is_(ClassicGroupState.EMPTY):
+            return ErrorCode.non_empty_group
+        return None
+
+    def offset_expiration(self) -> OffsetExpiration | None:
+        if not self.protocol_type:
+            return OffsetExpiration(lambda om: om.commit_timestamp_ms)
+        if self.is_(ClassicGroupState.EMPTY):
+            state_ts = self.state_timestamp_ms
+            return OffsetExpiration(
+                lambda om: state_ts if state_ts is not None else om.commit_timestamp_ms
+            )
+        if (
+            self.protocol_type == CONSUMER_PROTOCOL_TYPE
+            and self.subscribed_topics is not None
+            and self.is_(ClassicGroupState.STABLE)
+        ):
+            return OffsetExpiration(
+                lambda om: om.commit_timestamp_ms, frozenset(self.subscribed_topics)
+            )
+        return None
