@@ -81,6 +81,33 @@ class AclPermissionType(_KafkaNamed):
 
 
 CLUSTER_NAME = "kafka-cluster"
+SUPPORTED_OPERATIONS: dict[AclResourceType, tuple[AclOperation, ...]] = {
+    AclResourceType.TOPIC: (
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    AclResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE),
+    AclResourceType.CLUSTER: (
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    ),
+    AclResourceType.TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE),
+    AclResourceType.DELEGATION_TOKEN: (AclOperation.DESCRIBE,),
+    AclResourceType.USER: (AclOperation.CREATE_TOKENS, AclOperation.DESCRIBE_TOKENS),
+}
+"""The operations an ACL may name per resource type (Kafka's AclEntry.supportedOperations):
+the bits of an ``authorized_operations`` field (KIP-430)."""
 # Allowing any of these implies DESCRIBE; allowing ALTER_CONFIGS implies DESCRIBE_CONFIGS.
 _IMPLIES_DESCRIBE = frozenset(
     {AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE, AclOperation.ALTER}

@@ -298,6 +298,9 @@ _DECLARED: tuple[ActedOn | ConfigDef, ...] = (
     ActedOn("sasl.server.max.receive.size",
             "Largest frame accepted before SASL authentication completes; larger sizes "
             "close the connection.", at_least(1)),
+    ActedOn("max.request.partition.size.limit",
+            "Most partitions one DescribeTopicPartitions response describes (the request's "
+            "ResponsePartitionLimit when smaller); the rest are paged with its cursor."),
     ActedOn("socket.send.buffer.bytes",
             "SO_SNDBUF of accepted sockets; -1 keeps the OS default."),
     ActedOn("socket.receive.buffer.bytes",

@@ -13,7 +13,12 @@ from kplane.broker.config.endpoint import SecurityProtocol
 from kplane.broker.logging_setup import exception_reason
 from kplane.broker.network.request_channel import Request, RequestChannel, Response
 from kplane.broker.utils.file_region import Transferable
-from kplane.common.acl import CLUSTER_NAME, AclOperation, AclResourceType
+from kplane.common.acl import (
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    AclResourceType,
+)
 from kplane.protocol import api
 from kplane.protocol.errors import ErrorCode
 from kplane.protocol.framing import response_frame_prefix
@@ -115,6 +120,19 @@ class RequestContext:
         return authorizer is None or authorizer.any_allowed(
             self.principal, self.request.client_host, operation, resource_type
         )
+
+    def authorized_operations(
+        self, resource_type: AclResourceType, name: str = CLUSTER_NAME
+    ) -> int:
+        """KIP-430's bit field of the operations the principal may do on the resource (all
+        the type supports without an authorizer), as Kafka's AuthHelper.authorizedOperations;
+        denials are not logged."""
+        allowed = (
+            op
+            for op in SUPPORTED_OPERATIONS[resource_type]
+            if self.authorized(op, resource_type, name, log_denied=False)
+        )
+        return sum(1 << op for op in allowed)
 
     @property
     def response_module(self) -> ModuleType:

@@ -494,6 +494,7 @@ class KafkaServer:
                 lambda: self.config.get_bool("auto.create.topics.enable"),
                 self._coordinator_of,
                 self._txn_coordinator_of,
+                lambda: self.config.get_int("max.request.partition.size.limit"),
             ),
             ProduceApis(self.replica_manager, self.cache, self.produce_purgatory),
             TxnApis(

@@ -1,17 +1,22 @@
-"""Metadata, DescribeCluster and FindCoordinator: answers that depend on the listener.
+"""Metadata, DescribeTopicPartitions, DescribeCluster and FindCoordinator: answers that
+depend on the listener.
 
 Each answers with the advertised endpoints of the listener the request arrived on, and
 nothing else (KIP-103). A live broker without that listener is left out.
+DescribeTopicPartitions (KIP-966) pages through topics in name order, at most
+``ResponsePartitionLimit`` partitions (and ``max.request.partition.size.limit``) a
+response, with a cursor to the next.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 
-from kplane.broker.metadata.cache import MetadataCache, TopicInfo
+from kplane.broker.metadata.cache import MetadataCache, PartitionInfo, TopicInfo
 from kplane.broker.server.admin_manager import AdminManager
 from kplane.broker.server.context import Handler, RequestContext
 from kplane.common.acl import AclOperation, AclResourceType
@@ -24,6 +29,7 @@ log = structlog.get_logger(__name__)
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+ZERO_UUID = uuid.UUID(int=0)
 
 
 class MetadataApis:
@@ -37,6 +43,7 @@ class MetadataApis:
         auto_create_topics: Callable[[], bool],
         coordinator_of: Callable[[str], int | None],
         txn_coordinator_of: Callable[[str], int | None],
+        partition_size_limit: Callable[[], int],
     ) -> None:
         self.broker_id = broker_id
         self.cache = cache
@@ -46,10 +53,12 @@ class MetadataApis:
             GROUP_KEY_TYPE: coordinator_of,
             TRANSACTION_KEY_TYPE: txn_coordinator_of,
         }
+        self._partition_size_limit = partition_size_limit
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
             ApiKey.METADATA: self.handle_metadata,
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS: self.handle_describe_topic_partitions,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
             ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
         }
@@ -87,18 +96,31 @@ class MetadataApis:
                     name = self.cache.topic_name(topic_id)
                 wanted.append((name, topic_id))
         allow_auto = getattr(req, "allow_auto_topic_creation", True) and self._auto_create()
-        topics = [self._topic(ctx, name, topic_id, allow_auto) for name, topic_id in wanted]
+        topic_ops = bool(getattr(req, "include_topic_authorized_operations", False))
+        topics = [
+            self._topic(ctx, name, topic_id, allow_auto, topic_ops) for name, topic_id in wanted
+        ]
+        cluster_ops = getattr(req, "include_cluster_authorized_operations", False)
         ctx.respond(
             ctx.make_response(
                 brokers=self._brokers(ctx, "MetadataResponseBroker", "node_id"),
                 cluster_id=snapshot.cluster_id,
                 controller_id=self._controller_for(ctx.listener_name),
                 topics=tuple(topics),
-                cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+                cluster_authorized_operations=ctx.authorized_operations(AclResourceType.CLUSTER)
+                if cluster_ops
+                else AUTHORIZED_OPERATIONS_OMITTED,
             )
         )
 
-    def _topic(self, ctx: RequestContext, name: str | None, topic_id: Any, allow_auto: bool) -> Any:
+    def _topic(
+        self,
+        ctx: RequestContext,
+        name: str | None,
+        topic_id: Any,
+        allow_auto: bool,
+        include_operations: bool,
+    ) -> Any:
         error = ErrorCode.none
         info: TopicInfo | None = None
         if name is None:
@@ -123,7 +145,9 @@ class MetadataApis:
             topic_id=info.topic_id if info else topic_id,
             is_internal=info.is_internal if info else False,
             partitions=partitions,
-            topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            topic_authorized_operations=ctx.authorized_operations(AclResourceType.TOPIC, info.name)
+            if include_operations and info is not None
+            else AUTHORIZED_OPERATIONS_OMITTED,
         )
 
     def _missing_topic(self, name: str, allow_auto: bool) -> tuple[ErrorCode, TopicInfo | None]:
@@ -195,6 +219,117 @@ class MetadataApis:
             return controller
         return -1
 
+    # DescribeTopicPartitions (KIP-966) ---------------------------------------------------
+    def handle_describe_topic_partitions(self, ctx: RequestContext) -> None:
+        """Kafka's DescribeTopicPartitionsRequestHandler: the requested topics (none: every
+        topic the principal may describe) from the cursor on, in name order, until the
+        partition limit; the topics refused DESCRIBE come last."""
+        req = ctx.body
+        cursor = req.cursor
+        start_topic = cursor.topic_name if cursor is not None else ""
+        every_topic = not req.topics
+        names = self.cache.snapshot.topics if every_topic else {t.name for t in req.topics}
+        wanted = sorted(n for n in names if n >= start_topic)
+        problem = None
+        if cursor is not None and not every_topic and cursor.topic_name not in wanted:
+            problem = f"the topic list should contain the cursor topic {cursor.topic_name}"
+        elif cursor is not None and cursor.partition_index < 0:
+            problem = f"the cursor partition {cursor.partition_index} is not valid"
+        if problem is not None:
+            log.warning(
+                "invalid DescribeTopicPartitions",
+                connection=ctx.request.connection_id,
+                listener=ctx.listener_name,
+                reason=problem,
+            )
+            self._describe_topic_partitions_error(ctx, ErrorCode.invalid_request)
+            return
+        allowed, refused = [], []
+        for name in wanted:
+            if ctx.authorized(AclOperation.DESCRIBE, AclResourceType.TOPIC, name, not every_topic):
+                allowed.append(name)
+            elif not every_topic:
+                refused.append(name)
+        remaining = max(min(self._partition_size_limit(), req.response_partition_limit), 1)
+        topics = []
+        next_cursor = None
+        for name in allowed:
+            if remaining == 0:
+                next_cursor = ctx.make("Cursor", topic_name=name, partition_index=0)
+                break
+            info = self.cache.topic(name)
+            if info is None:
+                if not every_topic:
+                    topics.append(self._described_topic(ctx, name, _missing_topic_error(name)))
+                continue
+            first = cursor.partition_index if cursor is not None and name == start_topic else 0
+            last = min(len(info.partitions), first + remaining)
+            partitions = [
+                self._described_partition(ctx, info.partitions[index])
+                for index in range(first, last)
+                if index in info.partitions
+            ]
+            topics.append(self._described_topic(ctx, name, ErrorCode.none, info, partitions))
+            if last < len(info.partitions):
+                next_cursor = ctx.make("Cursor", topic_name=name, partition_index=last)
+                break
+            remaining -= len(partitions)
+        topics.extend(
+            self._described_topic(ctx, name, ErrorCode.topic_authorization_failed)
+            for name in refused
+        )
+        ctx.respond(ctx.make_response(topics=tuple(topics), next_cursor=next_cursor))
+
+    def _describe_topic_partitions_error(self, ctx: RequestContext, error: ErrorCode) -> None:
+        """Kafka's error response: ``error`` for each requested topic."""
+        topics = tuple(
+            ctx.make("DescribeTopicPartitionsResponseTopic", error_code=error, name=t.name)
+            for t in ctx.body.topics
+        )
+        ctx.respond(ctx.make_response(topics=topics, next_cursor=None))
+
+    def _described_topic(
+        self,
+        ctx: RequestContext,
+        name: str,
+        error: ErrorCode,
+        info: TopicInfo | None = None,
+        partitions: list[Any] | None = None,
+    ) -> Any:
+        return ctx.make(
+            "DescribeTopicPartitionsResponseTopic",
+            error_code=error,
+            name=name,
+            topic_id=info.topic_id if info else ZERO_UUID,
+            is_internal=info.is_internal if info else name.startswith("__"),
+            partitions=tuple(partitions or ()),
+            topic_authorized_operations=ctx.authorized_operations(AclResourceType.TOPIC, name)
+            if info is not None
+            else AUTHORIZED_OPERATIONS_OMITTED,
+        )
+
+    def _described_partition(self, ctx: RequestContext, p: PartitionInfo) -> Any:
+        """No error code: a leader without this listener (or not alive) is -1, and the
+        replicas without it are offline, as Kafka's KRaftMetadataCache answers."""
+        listener = ctx.listener_name
+        leader = p.leader if self.cache.endpoint(p.leader, listener) is not None else -1
+        return ctx.make(
+            "DescribeTopicPartitionsResponsePartition",
+            error_code=ErrorCode.none,
+            partition_index=p.partition,
+            leader_id=leader,
+            leader_epoch=p.leader_epoch,
+            replica_nodes=p.replicas,
+            isr_nodes=p.isr,
+            eligible_leader_replicas=None,
+            last_known_elr=None,
+            offline_replicas=tuple(
+                r
+                for r in p.replicas
+                if r in p.offline_replicas or self.cache.endpoint(r, listener) is None
+            ),
+        )
+
     # DescribeCluster -----------------------------------------------------------------
     def handle_describe_cluster(self, ctx: RequestContext) -> None:
         endpoint_type = getattr(ctx.body, "endpoint_type", 1)
@@ -224,7 +359,9 @@ class MetadataApis:
                 cluster_id=self.cache.snapshot.cluster_id,
                 controller_id=self._controller_for(ctx.listener_name),
                 brokers=self._brokers(ctx, "DescribeClusterBroker", "broker_id"),
-                cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+                cluster_authorized_operations=ctx.authorized_operations(AclResourceType.CLUSTER)
+                if ctx.body.include_cluster_authorized_operations
+                else AUTHORIZED_OPERATIONS_OMITTED,
             )
         )
 
@@ -274,3 +411,12 @@ class MetadataApis:
             "host": endpoint.host,
             "port": endpoint.port,
         }
+
+
+def _missing_topic_error(name: str) -> ErrorCode:
+    """UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION for a name Kafka refuses."""
+    try:
+        validate_topic_name(name)
+    except KafkaError:
+        return ErrorCode.invalid_topic_exception
+    return ErrorCode.unknown_topic_or_partition
