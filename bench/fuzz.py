@@ -195,6 +195,7 @@ async def fuzz(args: argparse.Namespace, broker: Broker, work: Path
     await warm.replay(warm_up(source, targets, args.seed), concurrency=8)
     await asyncio.sleep(1.0)
     baseline, baseline_fds = broker.usage(), broker.fd_targets()
+    baseline_sockets = broker.sockets()
     log(f"baseline {baseline}")
 
     driver = Driver(source, targets, args.seed, frames=args.frames,
@@ -219,6 +220,9 @@ async def fuzz(args: argparse.Namespace, broker: Broker, work: Path
         grown = broker.fd_targets()
         grown.subtract(baseline_fds)
         result["broker"]["fds_grown"] = {t: n for t, n in grown.items() if n}
+        sockets = broker.sockets()
+        sockets.subtract(baseline_sockets)
+        result["broker"]["sockets_grown"] = {t: n for t, n in sockets.items() if n}
     return result, driver
 
 

@@ -19,6 +19,11 @@ _JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
          f'user_{SASL_USER}="{SASL_PASSWORD}";')
 
 
+_TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1",
+               "05": "FIN_WAIT2", "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT",
+               "09": "LAST_ACK", "0A": "LISTEN", "0B": "CLOSING"}
+
+
 @dataclass(frozen=True)
 class Usage:
     """One look at the broker's resources: fds by sort, and RSS."""
@@ -65,6 +70,38 @@ class Broker:
                 continue
             targets[target.split(":[", 1)[0] if ":[" in target else target] += 1
         return targets
+
+    def sockets(self) -> Counter[str]:
+        """The broker's TCP sockets as ``STATE listener-port->peer`` or
+        ``STATE local->peer-port`` (the side that names a listener), to tell what grew."""
+        inodes = set()
+        fd_dir = Path(f"/proc/{self.pid}/fd")
+        for entry in os.listdir(fd_dir):
+            try:
+                target = os.readlink(fd_dir / entry)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+        ports = {port for _, port in self.listeners.values()}
+        found: Counter[str] = Counter()
+        for table in ("tcp", "tcp6"):
+            try:
+                lines = Path(f"/proc/{self.pid}/net/{table}").read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for line in lines:
+                fields = line.split()
+                if fields[9] not in inodes:
+                    continue
+                local = int(fields[1].rsplit(":", 1)[1], 16)
+                remote = int(fields[2].rsplit(":", 1)[1], 16)
+                state = _TCP_STATES.get(fields[3], fields[3])
+                if local in ports:
+                    found[f"{state} listener:{local}<-client"] += 1
+                else:
+                    found[f"{state} out->{remote}"] += 1
+        return found
 
     def usage(self) -> Usage:
         targets = self.fd_targets()

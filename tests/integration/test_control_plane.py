@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
 
 from kplane.protocol import api
 from kplane.protocol.errors import ErrorCode
@@ -77,7 +78,12 @@ def leader_and_isr(
 
 
 def update_metadata(
-    version: int, broker: RunningBroker, topic: str, leader: int, controller_epoch: int = 1
+    version: int,
+    broker: RunningBroker,
+    topic: str,
+    leader: int,
+    controller_epoch: int = 1,
+    controller_id: int = 0,
 ) -> Any:
     """An UpdateMetadata naming broker 0 (every listener) and a broker 1 (PLAINTEXT only)."""
     module = _module(UPDATE_METADATA, version)
@@ -120,7 +126,7 @@ def update_metadata(
     grouped = hasattr(module, "UpdateMetadataTopicState")
     return api.make(
         api.request_class(UPDATE_METADATA, version),
-        controller_id=0,
+        controller_id=controller_id,
         controller_epoch=controller_epoch,
         broker_epoch=-1,
         ungrouped_partition_states=() if grouped else (state,),
@@ -136,6 +142,43 @@ def update_metadata(
         else (),
         live_brokers=(live(0, ports), live(1, {"PLAINTEXT": port + 1})),
     )
+
+
+def test_a_leader_not_known_alive_is_not_fetched_from(cp_broker) -> None:
+    """Kafka's makeFollowers: the partition follows, but no fetcher is started for a leader
+    the metadata cache does not know alive (a LeaderAndIsr naming broker 7 left a thread
+    retrying a connection to it for the broker's lifetime)."""
+    topic = "lai-unknown-leader"
+    cp_broker.create_topic(topic, 1)
+    with capture_logs() as logs, cp_broker.wire("CONTROLLER") as control:
+        response = control.request(leader_and_isr(7, topic, leader=7, leader_epoch=5))
+        assert _partition_errors(response) == [ErrorCode.none]
+        assert cp_broker.replica_fetchers() == []
+        control.request(update_metadata(7, cp_broker, topic, leader=1))
+        control.request(leader_and_isr(7, topic, leader=1, leader_epoch=6))
+        assert [f.leader for f in cp_broker.replica_fetchers()] == [1]
+    assert [e for e in logs if "not fetching" in e["event"]] == [
+        {
+            "event": "LeaderAndIsr names leaders this broker does not know alive: not fetching",
+            "log_level": "warning",
+            "count": 1,
+            "partitions": [f"{topic}-0"],
+        }
+    ]
+
+
+def test_shutdown_asks_only_a_registered_controller(cp_broker) -> None:
+    """Controlled shutdown finds the controller and the live brokers in the metadata store,
+    as Kafka's ZooKeeper-mode broker did: an UpdateMetadata naming a controller 1 that never
+    registered does not hold shutdown through every retry against it."""
+    topic = "um-forged-controller"
+    cp_broker.create_topic(topic, 1)
+    with cp_broker.wire("CONTROLLER") as control:
+        control.request(update_metadata(7, cp_broker, topic, leader=0, controller_id=1))
+    assert cp_broker.controller_id() == 1
+    with capture_logs() as logs:
+        cp_broker.stop()
+    assert [e for e in logs if e["event"].startswith("controlled shutdown")] == []
 
 
 def _partition_errors(response: Any) -> list[ErrorCode]:

@@ -249,6 +249,13 @@ class KafkaMetadataClient:
                 raise
             return epoch + 1, cast(Stat, stat).version
 
+    def get_controller_id(self) -> int | None:
+        """The broker ``/controller`` names; None while nobody is controller."""
+        try:
+            return int(json.loads(self.store.get(CONTROLLER_PATH)[0])["brokerid"])
+        except NoNodeError:
+            return None
+
     def _controller_epoch(self) -> tuple[int, int]:
         """``/controller_epoch``: the epoch and the node's version (created at 0)."""
         while True:
@@ -308,6 +315,14 @@ class KafkaMetadataClient:
     def update_broker(self, registration: BrokerRegistration) -> None:
         """Rewrite this broker's registration (its endpoints changed at runtime)."""
         self.store.set(f"/brokers/ids/{registration.broker_id}", registration.to_json())
+
+    def get_broker(self, broker_id: int) -> BrokerRegistration | None:
+        """``/brokers/ids/<id>``; None when that broker is not registered."""
+        try:
+            data, _ = self.store.get(f"/brokers/ids/{broker_id}")
+        except NoNodeError:
+            return None
+        return BrokerRegistration.from_json(broker_id, data)
 
     def get_brokers(self) -> list[BrokerRegistration]:
         """Every registered broker."""

@@ -476,7 +476,7 @@ class KafkaServer:
         # Shutdown's first step, while everything still serves: leaderships move away.
         self.lifecycle.on_shutdown(
             "controlled shutdown",
-            lambda: controlled_shutdown(self.config, self.cache, self.broker_id),
+            lambda: controlled_shutdown(self.config, self.client, self.broker_id),
         )
         self.config_changes = ConfigChangeListener(self.store)
         self.config_changes.subscribe(self.dynamic.on_config_change)

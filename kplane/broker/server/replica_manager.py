@@ -132,7 +132,8 @@ class ReplicaManager:
     ) -> dict[TopicPartition, ErrorCode]:
         """Apply a controller's decisions: lead the partitions whose leader is this broker,
         follow the others (their fetchers start from where the leader's log agrees with
-        this one). Raises KafkaError(STALE_CONTROLLER_EPOCH) for an older controller; a
+        this one; a leader the metadata cache does not know alive is not fetched from, as
+        Kafka's makeFollowers). Raises KafkaError(STALE_CONTROLLER_EPOCH) for an older controller; a
         partition whose (leader epoch, partition epoch) is not newer than the one applied is
         answered STALE_CONTROLLER_EPOCH and left alone, as Kafka does."""
         errors: dict[TopicPartition, ErrorCode] = {}
@@ -141,6 +142,8 @@ class ReplicaManager:
             followed: dict[TopicPartition, Partition] = {}
             led: list[TopicPartition] = []
             demoted: list[TopicPartition] = []
+            unavailable: list[TopicPartition] = []
+            alive = self.cache.snapshot.brokers
             for state in states:
                 a = state.assignment
                 self._isr_fenced.pop(state.tp, None)
@@ -169,9 +172,17 @@ class ReplicaManager:
                 else:
                     partition.make_follower(self.broker_id, a)
                     demoted.append(state.tp)
-                    if a.leader >= 0:
+                    if a.leader in alive:
                         followed[state.tp] = partition
+                    elif a.leader >= 0:
+                        unavailable.append(state.tp)
                 errors[state.tp] = ErrorCode.none
+            if unavailable:
+                log.warning(
+                    "LeaderAndIsr names leaders this broker does not know alive: not fetching",
+                    count=len(unavailable),
+                    partitions=[str(tp) for tp in unavailable[:10]],
+                )
             if self.fetchers is not None:
                 self.fetchers.remove_partitions(led)
                 self.fetchers.add_partitions(followed)
