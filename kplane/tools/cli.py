@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "console-consumer": ("console_consumer", "records to stdout (kafka-console-consumer)"),
     "consumer-groups": ("consumer_groups", "list, describe, reset, delete consumer groups"),
     "acls": ("acls", "add, remove, list ACLs (kafka-acls)"),
+    "log-dirs": ("log_dirs", "describe the log directories of brokers (kafka-log-dirs)"),
     "doctor": ("doctor", "explain why a client cannot reach the brokers"),
     "faults": ("faults", "inject faults into a broker (kplane.faults.enable)"),
 }

@@ -61,6 +61,24 @@ class LogManagerConfig:
     file_delete_delay_ms: int = 60_000
 
 
+@dataclass(frozen=True, slots=True)
+class DirReplica:
+    """A log a log dir holds: the current one of a partition, or its future one."""
+
+    tp: TopicPartition
+    log: Log
+    is_future: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirReplicas:
+    """One log dir as DescribeLogDirs shows it."""
+
+    path: Path
+    offline: bool
+    replicas: list[DirReplica]
+
+
 class LogManager:
     """Creates, loads, finds and deletes the Partitions hosted by this broker."""
 
@@ -307,6 +325,20 @@ class LogManager:
     def partitions(self) -> list[Partition]:
         """Every hosted partition."""
         return list(self._partitions.values())
+
+    def replicas_by_dir(self) -> list[LogDirReplicas]:
+        """Each log dir, whether it is offline, and the logs it holds (Kafka's logsByDir, for
+        DescribeLogDirs); with memory storage the dirs hold none."""
+        held: dict[int, list[DirReplica]] = {id(d): [] for d in self.log_dirs}
+        for tp, partition in list(self._partitions.items()):
+            log_dir = self._dirs_of.get(tp)
+            if log_dir is not None and self.files:
+                held[id(log_dir)].append(DirReplica(tp, partition.log, False))
+        failures = self.log_dir_failures
+        return [
+            LogDirReplicas(d.path, failures.is_offline(str(d.path)), held[id(d)])
+            for d in self.log_dirs
+        ]
 
     def _file_logs(self) -> list[tuple[TopicPartition, FileLog, LogDir]]:
         return [

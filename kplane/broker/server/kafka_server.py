@@ -67,6 +67,7 @@ from kplane.broker.server.initial_catch_up import InitialCatchUp
 from kplane.broker.server.kafka_apis import KafkaApis
 from kplane.broker.server.leader_epoch_apis import OffsetForLeaderEpochApis
 from kplane.broker.server.lifecycle import Lifecycle
+from kplane.broker.server.log_dir_apis import LogDirApis
 from kplane.broker.server.metadata_apis import MetadataApis
 from kplane.broker.server.own_principal import check_can_reach_itself
 from kplane.broker.server.process_tuning import set_switch_interval, settle_heap
@@ -538,6 +539,7 @@ class KafkaServer:
                 lambda: self.controller,
             ),
             ScramApis(self.scram_credentials),
+            LogDirApis(self.log_manager),
             *(
                 [FaultApis(self.fault_injector, self.authorizer)]
                 if self.static_config.get_bool("kplane.faults.enable")
