@@ -477,6 +477,28 @@ _DECLARED: tuple[ActedOn | ConfigDef, ...] = (
             "Largest session timeout a member may ask for."),
     ActedOn("group.max.size",
             "Most members one group may hold."),
+    ActedOn("group.consumer.session.timeout.ms",
+            "Session timeout of a consumer-protocol member (KIP-848): one that does not "
+            "heartbeat for this long is fenced."),
+    ActedOn("group.consumer.heartbeat.interval.ms",
+            "Heartbeat interval given to consumer-protocol members."),
+    ActedOn("group.consumer.min.session.timeout.ms",
+            "Lower bound of group.consumer.session.timeout.ms (and of a group's "
+            "consumer.session.timeout.ms)."),
+    ActedOn("group.consumer.max.session.timeout.ms",
+            "Upper bound of group.consumer.session.timeout.ms (and of a group's "
+            "consumer.session.timeout.ms)."),
+    ActedOn("group.consumer.min.heartbeat.interval.ms",
+            "Lower bound of group.consumer.heartbeat.interval.ms (and of a group's "
+            "consumer.heartbeat.interval.ms)."),
+    ActedOn("group.consumer.max.heartbeat.interval.ms",
+            "Upper bound of group.consumer.heartbeat.interval.ms (and of a group's "
+            "consumer.heartbeat.interval.ms)."),
+    ActedOn("group.consumer.max.size",
+            "Most members one consumer-protocol group may hold."),
+    ActedOn("group.consumer.assignors",
+            "Server-side assignors of consumer-protocol groups, uniform and range (by name "
+            "or Kafka's class name); the first is used when members name none."),
     # Transactions and idempotence
     ActedOn("transactional.id.expiration.ms",
             "A transactional id without transaction updates for this long expires."),

@@ -172,6 +172,7 @@ class GroupDescription:
     protocol_data: str
     members: tuple[MemberDescription, ...] = ()
     error: ErrorCode = ErrorCode.none
+    error_message: str | None = None
 
 
 def parse_subscribed_topics(metadata: bytes) -> set[str] | None:

@@ -136,13 +136,27 @@ class ClassicGroupProtocol:
         self._rebalance_purgatory = DelayedOperationPurgatory("Rebalance", timer)
 
     def _group(self, group_id: str, create: bool = False) -> ClassicGroup | None:
-        """The classic group ``group_id`` (created when ``create``); None when there is none,
-        or the id names a group of another type."""
+        """The classic group ``group_id`` (created when ``create``: an empty group of another
+        type becomes a classic one, keeping its offsets); None when there is none, or the id
+        names a live group of another type."""
         group: Group | None
         if create:
             group = self.groups.get_or_create(
                 group_id, lambda gid: ClassicGroup(gid, state_timestamp_ms=now_ms())
             )
+            if not isinstance(group, ClassicGroup):
+                with group.lock:
+                    if group.is_empty and not group.is_dead:
+                        converted = ClassicGroup(
+                            group_id,
+                            state_timestamp_ms=now_ms(),
+                            offsets=group.offsets,
+                            pending_txn_offsets=group.pending_txn_offsets,
+                        )
+                        if self.groups.replace(group, converted):
+                            group.mark_dead()
+                            log.info("converted empty group to a classic group", group=group_id)
+                            return converted
         else:
             group = self.groups.get(group_id)
         return group if isinstance(group, ClassicGroup) else None
@@ -204,7 +218,13 @@ class ClassicGroupProtocol:
             is_unknown = member_id == UNKNOWN_MEMBER_ID
             group = self._group(group_id, create=is_unknown)
             if group is None:
-                self.groups.defer(callback, JoinGroupResult(member_id, ErrorCode.unknown_member_id))
+                other = self.groups.get(group_id)
+                error = (
+                    ErrorCode.inconsistent_group_protocol
+                    if other is not None and not other.is_dead
+                    else ErrorCode.unknown_member_id
+                )
+                self.groups.defer(callback, JoinGroupResult(member_id, error))
                 return
             with group.lock:
                 if not self._accept_joining_member(group, member_id):

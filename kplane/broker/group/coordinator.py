@@ -1,7 +1,8 @@
 """GroupCoordinator: one coordinator over the group types (Kafka 4's shape).
 
 Each type's state machine is its own module: the classic protocol in
-:mod:`kplane.broker.group.classic_protocol`. This class owns what is common: the groups by
+:mod:`kplane.broker.group.classic_protocol`, KIP-848's consumer protocol in
+:mod:`kplane.broker.group.consumer_protocol`. This class owns what is common: the groups by
 id (:class:`~kplane.broker.group.group_registry.GroupRegistry`), who may commit, fetch or
 delete offsets (each group type's checks, :class:`~kplane.broker.group.group.Group`), the
 offsets themselves (:class:`~kplane.broker.group.offset_manager.OffsetManager`), and
@@ -21,6 +22,8 @@ from kplane.broker.group.classic_group import (
     GroupDescription,
 )
 from kplane.broker.group.classic_protocol import ClassicGroupProtocol
+from kplane.broker.group.consumer_group import ConsumerGroup, ConsumerGroupDescription
+from kplane.broker.group.consumer_protocol import ConsumerGroupProtocol
 from kplane.broker.group.group import (
     Group,
     GroupOverview,
@@ -36,6 +39,7 @@ from kplane.broker.group.offset_manager import (
     OffsetManager,
     OffsetStore,
 )
+from kplane.broker.metadata.cache import MetadataSnapshot
 from kplane.broker.utils.timer import SystemTimer
 from kplane.protocol.errors import ErrorCode
 
@@ -43,11 +47,12 @@ log = structlog.get_logger(__name__)
 
 
 class GroupCoordinator:
-    """All groups of this broker: ``classic`` serves the classic protocol's membership; the
-    offsets and the admin APIs are served here for every type.
+    """All groups of this broker: ``classic`` serves the classic protocol's membership,
+    ``consumer`` KIP-848's; the offsets and the admin APIs are served here for every type.
 
     ``partition_exists(topic, partition)`` tells whether a partition exists, for offset
-    commits and deletes.
+    commits and deletes; ``topics()`` is the cluster's metadata, which consumer groups
+    subscribe to.
     """
 
     def __init__(
@@ -56,10 +61,21 @@ class GroupCoordinator:
         timer: SystemTimer,
         partition_exists: Callable[[str, int], bool],
         offset_store: OffsetStore | None = None,
+        *,
+        topics: Callable[[], MetadataSnapshot] = lambda: MetadataSnapshot("", -1),
     ) -> None:
         self.config = config
         self.groups = GroupRegistry()
         self.classic = ClassicGroupProtocol(config, timer, self.groups)
+        self.consumer = ConsumerGroupProtocol(
+            config,
+            timer,
+            self.groups,
+            topics,
+            session_timeout_ms=lambda _group_id: config.consumer_session_timeout_ms,
+            heartbeat_interval_ms=lambda _group_id: config.consumer_heartbeat_interval_ms,
+            persist=lambda _group: None,
+        )
         self._offsets = OffsetManager(
             timer,
             partition_exists,
@@ -92,6 +108,8 @@ class GroupCoordinator:
         for group in self.groups.all():
             if isinstance(group, ClassicGroup):
                 self.classic.shutdown(group)
+            elif isinstance(group, ConsumerGroup):
+                self.consumer.shutdown(group)
 
     # -- offsets --------------------------------------------------------------------------
 
@@ -269,17 +287,58 @@ class GroupCoordinator:
     def describe_groups(
         self, group_ids: Sequence[str], callback: Callable[[list[GroupDescription]], None]
     ) -> None:
-        """DescribeGroups; an unknown group is described as Dead with no members."""
+        """DescribeGroups; an unknown group is described as Dead with no members, a group
+        of another type as Dead with GROUP_ID_NOT_FOUND (Kafka's answer)."""
         with self.groups.deferring():
             out = []
             for group_id in group_ids:
                 group = self.groups.get(group_id)
                 if not isinstance(group, ClassicGroup):
-                    out.append(GroupDescription(group_id, ClassicGroupState.DEAD.value, "", ""))
+                    dead = ClassicGroupState.DEAD.value
+                    if group is None or group.is_dead:
+                        out.append(GroupDescription(group_id, dead, "", ""))
+                    else:
+                        out.append(
+                            GroupDescription(
+                                group_id,
+                                dead,
+                                "",
+                                "",
+                                error=ErrorCode.group_id_not_found,
+                                error_message=f"Group {group_id} is not a classic group.",
+                            )
+                        )
                     continue
                 with group.lock:
                     out.append(group.describe())
             self.groups.defer(callback, out)
+
+    def describe_consumer_groups(
+        self, group_ids: Sequence[str]
+    ) -> list[ConsumerGroupDescription]:
+        """ConsumerGroupDescribe; GROUP_ID_NOT_FOUND for an unknown group or one of another
+        type."""
+        out = []
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None or group.is_dead:
+                out.append(
+                    ConsumerGroupDescription(
+                        group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found."
+                    )
+                )
+            elif not isinstance(group, ConsumerGroup):
+                out.append(
+                    ConsumerGroupDescription(
+                        group_id,
+                        ErrorCode.group_id_not_found,
+                        f"Group {group_id} is not a consumer group.",
+                    )
+                )
+            else:
+                with group.lock:
+                    out.append(group.describe())
+        return out
 
     def delete_groups(
         self, group_ids: Sequence[str], callback: Callable[[dict[str, ErrorCode]], None]
@@ -301,6 +360,8 @@ class GroupCoordinator:
                     self._offsets.delete_all_offsets(group)
                     if isinstance(group, ClassicGroup):
                         self.classic.shutdown(group)
+                    elif isinstance(group, ConsumerGroup):
+                        self.consumer.shutdown(group)
                     self.groups.remove(group)
                     out[group_id] = ErrorCode.none
                     log.info("deleted group", group=group_id)

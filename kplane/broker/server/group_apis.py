@@ -378,10 +378,18 @@ class GroupApis:
     def offset_fetch(self, ctx: RequestContext) -> None:
         req = ctx.body
         version = ctx.api_version
-        if hasattr(req, "groups"):  # v8+: several groups
-            requests = [(g.group_id, g.topics) for g in req.groups]
+        if hasattr(req, "groups"):  # v8+: several groups (v9+: from a member, at its epoch)
+            requests = [
+                (
+                    g.group_id,
+                    g.topics,
+                    getattr(g, "member_id", None),
+                    getattr(g, "member_epoch", -1),
+                )
+                for g in req.groups
+            ]
         else:
-            requests = [(req.group_id, req.topics)]
+            requests = [(req.group_id, req.topics, None, -1)]
         require_stable = bool(getattr(req, "require_stable", False))
         topic_entity = _nested(ctx, "OffsetFetchResponseTopics", "OffsetFetchResponseTopic")
         partition_entity = _nested(
@@ -414,7 +422,7 @@ class GroupApis:
                 _group_id, error, topics = results[0]
                 ctx.respond(ctx.make_response(error_code=error, topics=topics))
 
-        for slot, (group_id, req_topics) in enumerate(requests):
+        for slot, (group_id, req_topics, member_id, member_epoch) in enumerate(requests):
             # Request topics as (name or None, id or None, partitions).
             wanted: list[tuple[str | None, uuid.UUID | None, list[int]]] | None = None
             if req_topics is not None:
@@ -455,7 +463,12 @@ class GroupApis:
                     for index in indexes
                 ]
             self.coordinator.fetch_offsets(
-                group_id, partitions, done, require_stable=require_stable
+                group_id,
+                partitions,
+                done,
+                require_stable=require_stable,
+                member_id=member_id,
+                member_epoch=member_epoch,
             )
         if not requests:
             finish()
@@ -604,6 +617,7 @@ class GroupApis:
                 ctx.make(
                     "DescribedGroup",
                     error_code=g.error,
+                    error_message=g.error_message,
                     group_id=g.group_id,
                     group_state=g.state,
                     protocol_type=g.protocol_type,

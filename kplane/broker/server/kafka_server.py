@@ -16,7 +16,7 @@ from kplane.broker.config.kafka_config import KafkaConfig
 from kplane.broker.controller.channel_manager import ControllerChannelManager
 from kplane.broker.controller.controller import KafkaController
 from kplane.broker.group.coordinator import GroupCoordinator
-from kplane.broker.group.group_config import GroupConfig
+from kplane.broker.group.group_config import group_config_from
 from kplane.broker.group.placement import coordinator_for, partition_leader
 from kplane.broker.log.log_cleaner import CleanerConfig
 from kplane.broker.log.log_config import LogConfigs
@@ -50,6 +50,7 @@ from kplane.broker.server.acl_apis import AclApis
 from kplane.broker.server.admin_manager import AdminManager, TopicDefaults
 from kplane.broker.server.api_versions import ApiVersionsApi
 from kplane.broker.server.config_apis import ConfigApis, load_policy
+from kplane.broker.server.consumer_group_apis import ConsumerGroupApis
 from kplane.broker.server.context import ApiFamily
 from kplane.broker.server.controlled_shutdown import controlled_shutdown
 from kplane.broker.server.controller_apis import ControllerApis
@@ -235,16 +236,11 @@ class KafkaServer:
             ),
         )
         self.group_coordinator = GroupCoordinator(
-            GroupConfig(
-                initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
-                min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
-                max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
-                max_size=config.get_int("group.max.size"),
-                offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60_000,
-            ),
+            group_config_from(config),
             self.timer,
             self._partition_exists,
             self.client,
+            topics=lambda: self.cache.snapshot,
         )
         self.lifecycle.on_shutdown("stop group coordinator", self.group_coordinator.shutdown)
         self._start_transaction_coordinator(config)
@@ -549,9 +545,15 @@ class KafkaServer:
                 self.group_coordinator,
                 topic_name_of=self.cache.topic_name,
                 topic_id_of=self._topic_id,
-                owns=lambda group: self._coordinator_of(group) in (None, self.broker_id),
+                owns=self._owns_group,
+            ),
+            ConsumerGroupApis(
+                self.group_coordinator, topic_name_of=self.cache.topic_name, owns=self._owns_group
             ),
         ]
+
+    def _owns_group(self, group_id: str) -> bool:
+        return self._coordinator_of(group_id) in (None, self.broker_id)
 
     def _add_reconfigurables(self, config: KafkaConfig) -> None:
         """The components KIP-226 changes at runtime."""

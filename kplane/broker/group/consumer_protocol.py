@@ -1,0 +1,562 @@
+"""The consumer group protocol's state machine (KIP-848's ConsumerGroupHeartbeat) over
+:class:`~kplane.broker.group.consumer_group.ConsumerGroup`, as Kafka's group coordinator
+runs it.
+
+A heartbeat updates the member (subscription, rack, assignor), bumps the group epoch when
+the group changed (a member joined or left, a subscription changed, the subscribed topics
+resolved to other topics or partitions), computes a new target assignment when the group
+epoch passed the assignment epoch, and moves the member one step towards its target
+(:mod:`kplane.broker.group.current_assignment`). Members that stop heartbeating are fenced
+after the session timeout, members that do not revoke after their rebalance timeout.
+Heartbeats answer at once; nothing is parked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from kplane.broker.group.assignor import MemberSubscription, PartitionAssignor, TopicMetadata
+from kplane.broker.group.classic_group import ClassicGroup
+from kplane.broker.group.consumer_group import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    Assignment,
+    ConsumerGroup,
+    ConsumerGroupMember,
+    MemberState,
+)
+from kplane.broker.group.current_assignment import reconcile
+from kplane.broker.group.group_config import GroupConfig
+from kplane.broker.group.group_registry import GroupRegistry
+from kplane.broker.group.range_assignor import RangeAssignor
+from kplane.broker.group.topic_regex import InvalidRegex, compile_topic_regex
+from kplane.broker.group.uniform_assignor import UniformAssignor
+from kplane.broker.metadata.cache import MetadataSnapshot
+from kplane.broker.utils.timer import SystemTimer
+from kplane.protocol.errors import ErrorCode, KafkaError
+
+log = structlog.get_logger(__name__)
+
+ASSIGNORS: Mapping[str, Callable[[], PartitionAssignor]] = {
+    "uniform": UniformAssignor,
+    "range": RangeAssignor,
+}
+"""The server-side assignors by the name a member's ServerAssignor gives."""
+
+_SESSION = "session"
+_REVOCATION = "revocation"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupHeartbeat:
+    """One ConsumerGroupHeartbeat request; None (or -1) fields did not change."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Assignment | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None
+    """The member's whole assignment, when it changed or the request was a full one."""
+
+
+class ConsumerGroupProtocol:
+    """The consumer groups' membership: heartbeats, leaves, target assignments, timers.
+
+    ``topics()`` is the current metadata; ``session_timeout_ms(group_id)`` and
+    ``heartbeat_interval_ms(group_id)`` give a group's settings (its own configs or the
+    broker's); ``persist(group)`` makes a group's state durable before an answer.
+    """
+
+    def __init__(
+        self,
+        config: GroupConfig,
+        timer: SystemTimer,
+        groups: GroupRegistry,
+        topics: Callable[[], MetadataSnapshot],
+        *,
+        session_timeout_ms: Callable[[str], int],
+        heartbeat_interval_ms: Callable[[str], int],
+        persist: Callable[[ConsumerGroup], None],
+    ) -> None:
+        self.config = config
+        self._timer = timer
+        self.groups = groups
+        self._topics = topics
+        self._session_timeout_ms = session_timeout_ms
+        self._heartbeat_interval_ms = heartbeat_interval_ms
+        self._persist = persist
+        self._assignors = {name: ASSIGNORS[name]() for name in config.consumer_assignors}
+
+    # -- the request ------------------------------------------------------------------
+
+    def heartbeat(self, req: ConsumerGroupHeartbeat) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat: join (epoch 0), heartbeat, or leave (-1; -2 for a
+        static member that will come back)."""
+        try:
+            self._validate(req)
+            if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                return self._leave(req)
+            return self._join_or_heartbeat(req)
+        except KafkaError as exc:
+            return HeartbeatResult(exc.code, exc.message)
+
+    def _validate(self, req: ConsumerGroupHeartbeat) -> None:
+        def invalid(message: str) -> KafkaError:
+            return KafkaError(ErrorCode.invalid_request, message)
+
+        if not req.group_id:
+            raise invalid("GroupId can't be empty.")
+        if req.instance_id == "":
+            raise invalid("InstanceId can't be empty.")
+        if req.rack_id == "":
+            raise invalid("RackId can't be empty.")
+        if not req.member_id:
+            raise invalid("MemberId can't be empty.")
+        epoch = req.member_epoch
+        if epoch == 0:
+            if req.rebalance_timeout_ms == -1:
+                raise invalid("RebalanceTimeoutMs must be provided in first request.")
+            if req.owned is None or req.owned:
+                raise invalid("TopicPartitions must be empty when (re-)joining.")
+            if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
+                raise invalid(
+                    "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null "
+                    "when (re-)joining."
+                )
+        elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if req.instance_id is None:
+                raise invalid("InstanceId can't be null.")
+        elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise invalid("MemberEpoch is invalid.")
+        if req.subscribed_topic_regex is not None:
+            try:
+                compile_topic_regex(req.subscribed_topic_regex)
+            except InvalidRegex as exc:
+                raise KafkaError(
+                    ErrorCode.invalid_regular_expression,
+                    f"SubscribedTopicRegex `{req.subscribed_topic_regex}` is not a valid "
+                    f"regular expression: {exc}.",
+                ) from None
+        if req.server_assignor is not None and req.server_assignor not in self._assignors:
+            raise KafkaError(
+                ErrorCode.unsupported_assignor,
+                f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
+                f"{', '.join(self._assignors)}.",
+            )
+
+    # -- groups -----------------------------------------------------------------------
+
+    def _group(self, group_id: str, create: bool) -> ConsumerGroup:
+        """The consumer group ``group_id``; created when ``create`` (an empty classic group
+        becomes one, keeping its offsets); else GROUP_ID_NOT_FOUND."""
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup) and not group.is_dead:
+            return group
+        if group is None and create:
+            made = self.groups.get_or_create(group_id, ConsumerGroup)
+            if isinstance(made, ConsumerGroup):
+                return made
+            group = made
+        if isinstance(group, ClassicGroup) and create:
+            with group.lock:
+                if group.is_empty and not group.is_dead:
+                    converted = ConsumerGroup(
+                        group_id,
+                        offsets=group.offsets,
+                        pending_txn_offsets=group.pending_txn_offsets,
+                    )
+                    if self.groups.replace(group, converted):
+                        group.mark_dead()
+                        log.info("converted empty classic group to consumer group", group=group_id)
+                        return converted
+        if group is None or group.is_dead:
+            raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+        raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
+
+    def _member(
+        self, group: ConsumerGroup, req: ConsumerGroupHeartbeat
+    ) -> tuple[ConsumerGroupMember, bool]:
+        """The member the request is from, and whether it is new to the group: new on
+        epoch 0, a static member taking over its instance's place, or the known member at a
+        valid epoch."""
+        existing = group.members.get(req.member_id)
+        if req.instance_id is not None:
+            static = group.static_member(req.instance_id)
+            if req.member_epoch == 0:
+                if static is None or static.member_id == req.member_id:
+                    return (static, False) if static else (ConsumerGroupMember(req.member_id), True)
+                if static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                    raise KafkaError(
+                        ErrorCode.unreleased_instance_id,
+                        f"Static member {static.member_id} with instance id {req.instance_id} "
+                        "is not released yet.",
+                    )
+                # The instance comes back under a new member id: it takes the old member's
+                # place, epoch and assignment, without a rebalance.
+                target = group.target.get(static.member_id, {})
+                group.remove_member(static.member_id)
+                self._cancel_timers(group, static.member_id)
+                group.target[req.member_id] = target
+                log.info(
+                    "static member rejoined",
+                    group=group.group_id,
+                    instance_id=req.instance_id,
+                    old_member=static.member_id,
+                    member=req.member_id,
+                )
+                return dataclasses.replace(static, member_id=req.member_id), False
+            if existing is None:
+                raise KafkaError(ErrorCode.unknown_member_id)
+            if static is None or static.member_id != req.member_id:
+                raise KafkaError(ErrorCode.fenced_instance_id)
+        elif req.member_epoch == 0:
+            if existing is None:
+                return ConsumerGroupMember(req.member_id), True
+            return existing, False
+        if existing is None:
+            raise KafkaError(
+                ErrorCode.unknown_member_id,
+                f"Member {req.member_id} is not a member of group {group.group_id}.",
+            )
+        self._check_epoch(existing, req)
+        return existing, False
+
+    @staticmethod
+    def _check_epoch(member: ConsumerGroupMember, req: ConsumerGroupHeartbeat) -> None:
+        """FENCED_MEMBER_EPOCH for an epoch ahead of the member's, or behind it unless it is
+        the previous epoch and the member owns no more than it is assigned (the answer that
+        bumped it was lost)."""
+        received = req.member_epoch
+        if received > member.member_epoch or (
+            received < member.member_epoch
+            and (
+                received != member.previous_member_epoch
+                or not _is_subset(req.owned, member.assigned)
+            )
+        ):
+            raise KafkaError(
+                ErrorCode.fenced_member_epoch,
+                f"The consumer group member has a smaller member epoch ({received}) than the "
+                f"one known by the group coordinator ({member.member_epoch}).",
+            )
+
+    # -- join and heartbeat -------------------------------------------------------------
+
+    def _join_or_heartbeat(self, req: ConsumerGroupHeartbeat) -> HeartbeatResult:
+        group = self._group(req.group_id, create=req.member_epoch == 0)
+        with group.lock:
+            if group.is_dead:
+                raise KafkaError(ErrorCode.coordinator_not_available)
+            if req.member_id not in group.members and (
+                len(group.members) >= self.config.consumer_max_size
+                and (req.instance_id is None or group.static_member(req.instance_id) is None)
+            ):
+                raise KafkaError(
+                    ErrorCode.group_max_size_reached,
+                    f"The consumer group has reached its maximum capacity of "
+                    f"{self.config.consumer_max_size} members.",
+                )
+            member, joined = self._member(group, req)
+            updated = dataclasses.replace(
+                member,
+                instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
+                rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
+                rebalance_timeout_ms=(
+                    req.rebalance_timeout_ms
+                    if req.rebalance_timeout_ms != -1
+                    else member.rebalance_timeout_ms
+                ),
+                subscribed_topic_names=(
+                    tuple(req.subscribed_topic_names)
+                    if req.subscribed_topic_names is not None
+                    else member.subscribed_topic_names
+                ),
+                subscribed_topic_regex=(
+                    (req.subscribed_topic_regex or None)
+                    if req.subscribed_topic_regex is not None
+                    else member.subscribed_topic_regex
+                ),
+                server_assignor=(
+                    req.server_assignor
+                    if req.server_assignor is not None
+                    else member.server_assignor
+                ),
+                client_id=req.client_id,
+                client_host=req.client_host,
+            )
+            bump = joined or _subscription(updated) != _subscription(member)
+            group.update_member(updated)
+            snapshot = self._topics()
+            fingerprint = _fingerprint(group, snapshot)
+            if fingerprint != group.subscription_fingerprint:
+                group.subscription_fingerprint = fingerprint
+                bump = True
+            if bump:
+                group.group_epoch += 1
+                log.info(
+                    "consumer group epoch bumped",
+                    group=group.group_id,
+                    group_epoch=group.group_epoch,
+                    member=updated.member_id,
+                    joined=joined,
+                )
+            if group.group_epoch > group.assignment_epoch:
+                self._compute_target(group, snapshot)
+            reconciled = reconcile(
+                updated,
+                group.assignment_epoch,
+                group.target.get(updated.member_id, {}),
+                group.current_partition_epoch,
+                req.owned,
+            )
+            group.update_member(reconciled)
+            self._schedule_timers(group, updated, reconciled)
+            self._persist(group)
+            full = (
+                req.rebalance_timeout_ms != -1
+                and (
+                    req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None
+                )
+                and req.owned is not None
+            )
+            changed = reconciled.assigned != member.assigned
+            return HeartbeatResult(
+                member_id=reconciled.member_id,
+                member_epoch=reconciled.member_epoch,
+                heartbeat_interval_ms=self._heartbeat_interval_ms(group.group_id),
+                assignment=(
+                    reconciled.assigned if req.member_epoch == 0 or full or changed else None
+                ),
+            )
+
+    def _compute_target(self, group: ConsumerGroup, snapshot: MetadataSnapshot) -> None:
+        topics = _topic_metadata(group, snapshot)
+        by_name = {t.name: t.topic_id for t in topics.values()}
+        subscriptions = {
+            m.member_id: MemberSubscription(
+                m.member_id,
+                m.instance_id,
+                m.rack_id,
+                frozenset(by_name[name] for name in _resolve(m, by_name) if name in by_name),
+            )
+            for m in group.members.values()
+        }
+        assignor = self._assignor(group)
+        group.target = assignor.assign(subscriptions, topics, group.target)
+        group.assignment_epoch = group.group_epoch
+        group.assignor_name = assignor.name
+        log.info(
+            "consumer group target assignment computed",
+            group=group.group_id,
+            assignment_epoch=group.assignment_epoch,
+            assignor=assignor.name,
+            members=len(subscriptions),
+            partitions=sum(t.num_partitions for t in topics.values()),
+        )
+
+    def _assignor(self, group: ConsumerGroup) -> PartitionAssignor:
+        """The assignor most members ask for (ties: the earlier in group.consumer.assignors),
+        the default when none asks."""
+        wanted = Counter(m.server_assignor for m in group.members.values() if m.server_assignor)
+        if not wanted:
+            return next(iter(self._assignors.values()))
+        order = list(self._assignors)
+        name = max(wanted, key=lambda n: (wanted[n], -order.index(n)))
+        return self._assignors[name]
+
+    # -- leave and fencing --------------------------------------------------------------
+
+    def _leave(self, req: ConsumerGroupHeartbeat) -> HeartbeatResult:
+        group = self._group(req.group_id, create=False)
+        with group.lock:
+            if req.instance_id is None:
+                member = group.members.get(req.member_id)
+                if member is None:
+                    raise KafkaError(ErrorCode.unknown_member_id)
+            else:
+                member = group.static_member(req.instance_id)
+                if member is None:
+                    raise KafkaError(ErrorCode.unknown_member_id)
+                if member.member_id != req.member_id:
+                    raise KafkaError(ErrorCode.fenced_instance_id)
+                if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                    # Keeps its assignment until it comes back or its session expires.
+                    group.update_member(
+                        dataclasses.replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
+                    )
+                    self._cancel_timer(group, _REVOCATION, member.member_id)
+                    self._persist(group)
+                    log.info(
+                        "static member left temporarily",
+                        group=group.group_id,
+                        member=member.member_id,
+                        instance_id=req.instance_id,
+                    )
+                    return HeartbeatResult(
+                        member_id=member.member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH
+                    )
+            self._fence(group, member.member_id, "the member left the group")
+            return HeartbeatResult(
+                member_id=member.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH
+            )
+
+    def _fence(self, group: ConsumerGroup, member_id: str, reason: str) -> None:
+        """Remove a member and bump the group epoch; its partitions are free at once."""
+        group.remove_member(member_id)
+        self._cancel_timers(group, member_id)
+        group.group_epoch += 1
+        group.subscription_fingerprint = _fingerprint(group, self._topics())
+        self._persist(group)
+        log.info(
+            "member removed from consumer group",
+            group=group.group_id,
+            member=member_id,
+            group_epoch=group.group_epoch,
+            reason=reason,
+        )
+
+    # -- timers -----------------------------------------------------------------------
+
+    def _schedule_timers(
+        self, group: ConsumerGroup, before: ConsumerGroupMember, after: ConsumerGroupMember
+    ) -> None:
+        self._schedule(
+            group,
+            _SESSION,
+            after.member_id,
+            self._session_timeout_ms(group.group_id),
+            "the member's session expired",
+        )
+        if after.state is not MemberState.UNREVOKED_PARTITIONS:
+            self._cancel_timer(group, _REVOCATION, after.member_id)
+        elif before.state is not MemberState.UNREVOKED_PARTITIONS or (
+            (_REVOCATION, after.member_id) not in group.timers
+        ):
+            self._schedule(
+                group,
+                _REVOCATION,
+                after.member_id,
+                max(after.rebalance_timeout_ms, 0),
+                "the member did not revoke its partitions within its rebalance timeout",
+            )
+
+    def _schedule(
+        self, group: ConsumerGroup, kind: str, member_id: str, delay_ms: int, reason: str
+    ) -> None:
+        self._cancel_timer(group, kind, member_id)
+        key = (kind, member_id)
+
+        def expire() -> None:
+            with group.lock:
+                if group.timers.get(key) is not task:
+                    return
+                del group.timers[key]
+                if member_id in group.members and not group.is_dead:
+                    self._fence(group, member_id, reason)
+
+        task = self._timer.schedule(delay_ms, expire)
+        group.timers[key] = task
+
+    @staticmethod
+    def _cancel_timer(group: ConsumerGroup, kind: str, member_id: str) -> None:
+        task = group.timers.pop((kind, member_id), None)
+        if task is not None:
+            task.cancel()
+
+    def _cancel_timers(self, group: ConsumerGroup, member_id: str) -> None:
+        for kind in (_SESSION, _REVOCATION):
+            self._cancel_timer(group, kind, member_id)
+
+    def resume(self, group: ConsumerGroup) -> None:
+        """A group loaded from the store: its members get a fresh session."""
+        with group.lock:
+            for member in list(group.members.values()):
+                self._schedule_timers(group, member, member)
+
+    def shutdown(self, group: ConsumerGroup) -> None:
+        """Cancel ``group``'s timers."""
+        with group.lock:
+            for task in group.timers.values():
+                task.cancel()
+            group.timers.clear()
+
+
+def _subscription(member: ConsumerGroupMember) -> tuple[Any, ...]:
+    """What of a member, when it changes, changes the target assignment."""
+    return (
+        member.subscribed_topic_names,
+        member.subscribed_topic_regex,
+        member.server_assignor,
+        member.rack_id,
+    )
+
+
+def _is_subset(owned: Assignment | None, assigned: Assignment) -> bool:
+    if owned is None:
+        return True
+    return all(parts <= assigned.get(topic_id, frozenset()) for topic_id, parts in owned.items())
+
+
+def _resolve(member: ConsumerGroupMember, names: Mapping[str, Any]) -> set[str]:
+    """The existing topics a member subscribes to: its names, and those its regex matches."""
+    out = {n for n in member.subscribed_topic_names if n in names}
+    if member.subscribed_topic_regex:
+        pattern = compile_topic_regex(member.subscribed_topic_regex)
+        out.update(n for n in names if pattern.fullmatch(n))
+    return out
+
+
+def _topic_metadata(
+    group: ConsumerGroup, snapshot: MetadataSnapshot
+) -> dict[uuid.UUID, TopicMetadata]:
+    """The topics the group's members subscribe to, as they are now."""
+    names = {n: info for n, info in snapshot.topics.items() if not info.is_internal}
+    wanted: set[str] = set()
+    for member in group.members.values():
+        wanted |= _resolve(member, names)
+    out = {}
+    for name in sorted(wanted):
+        info = names[name]
+        racks = {
+            p: frozenset(
+                rack
+                for broker_id in part.replicas
+                if (broker := snapshot.brokers.get(broker_id)) is not None
+                and (rack := broker.rack) is not None
+            )
+            for p, part in info.partitions.items()
+        }
+        out[info.topic_id] = TopicMetadata(info.topic_id, name, len(info.partitions), racks)
+    return out
+
+
+def _fingerprint(group: ConsumerGroup, snapshot: MetadataSnapshot) -> tuple[Any, ...]:
+    """The subscribed topics as they are now: a change bumps the group epoch."""
+    return tuple(
+        (t.name, t.topic_id, t.num_partitions, tuple(sorted(t.partition_racks.items())))
+        for t in _topic_metadata(group, snapshot).values()
+    )

@@ -1,0 +1,220 @@
+"""KIP-848's APIs: ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69), on top of the
+GroupCoordinator's consumer protocol. Topics travel by id on the wire; the MetadataCache
+names them for ConsumerGroupDescribe."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from kplane.broker.group.consumer_group import Assignment, assignment_of
+from kplane.broker.group.consumer_protocol import ConsumerGroupHeartbeat, HeartbeatResult
+from kplane.broker.group.coordinator import GroupCoordinator
+from kplane.broker.server.context import Handler, RequestContext
+from kplane.common.acl import AclOperation, AclResourceType
+from kplane.protocol.api_keys import ApiKey
+from kplane.protocol.errors import ErrorCode
+
+log = structlog.get_logger(__name__)
+
+_MEMBER_TYPE_CONSUMER = 1
+
+
+def _ms(value: datetime.timedelta | int) -> int:
+    if isinstance(value, datetime.timedelta):
+        return round(value / datetime.timedelta(milliseconds=1))
+    return int(value)
+
+
+class ConsumerGroupApis:
+    """ApiFamily for ConsumerGroupHeartbeat and ConsumerGroupDescribe."""
+
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        *,
+        topic_name_of: Callable[[uuid.UUID], str | None],
+        owns: Callable[[str], bool],
+    ) -> None:
+        self.coordinator = coordinator
+        self._topic_name_of = topic_name_of
+        self._owns = owns
+
+    def handlers(self) -> Mapping[int, Handler]:
+        return {
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: self.heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: self.describe,
+        }
+
+    def heartbeat(self, ctx: RequestContext) -> None:
+        req = ctx.body
+        names = req.subscribed_topic_names
+        if not self._owns(req.group_id):
+            result = HeartbeatResult(ErrorCode.not_coordinator)
+        elif not ctx.authorized(AclOperation.READ, AclResourceType.GROUP, req.group_id):
+            result = HeartbeatResult(ErrorCode.group_authorization_failed)
+        elif names is not None and any(
+            not ctx.authorized(AclOperation.DESCRIBE, AclResourceType.TOPIC, n, False)
+            for n in names
+        ):
+            result = HeartbeatResult(ErrorCode.topic_authorization_failed)
+        else:
+            owned = req.topic_partitions
+            member_id = req.member_id
+            if not member_id and ctx.api_version == 0 and req.member_epoch == 0:
+                member_id = str(uuid.uuid4())  # v0: the coordinator names new members
+            result = self.coordinator.consumer.heartbeat(
+                ConsumerGroupHeartbeat(
+                    group_id=req.group_id,
+                    member_id=member_id,
+                    member_epoch=req.member_epoch,
+                    instance_id=req.instance_id,
+                    rack_id=req.rack_id,
+                    rebalance_timeout_ms=_ms(req.rebalance_timeout),
+                    subscribed_topic_names=tuple(names) if names is not None else None,
+                    subscribed_topic_regex=getattr(req, "subscribed_topic_regex", None),
+                    server_assignor=req.server_assignor,
+                    owned=(
+                        assignment_of((t.topic_id, t.partitions) for t in owned)
+                        if owned is not None
+                        else None
+                    ),
+                    client_id=ctx.client_id or "",
+                    client_host=f"/{ctx.request.client_host}",
+                )
+            )
+        if result.error is not ErrorCode.none and result.error is not ErrorCode.not_coordinator:
+            log.info(
+                "consumer group heartbeat refused",
+                group=req.group_id,
+                member=req.member_id,
+                error=result.error.name,
+                message=result.message,
+            )
+        ctx.respond(
+            ctx.make_response(
+                throttle_time=datetime.timedelta(0),
+                error_code=result.error,
+                error_message=result.message,
+                member_id=result.member_id,
+                member_epoch=result.member_epoch,
+                heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms),
+                assignment=(
+                    ctx.make("Assignment", topic_partitions=self._topics(ctx, result.assignment))
+                    if result.assignment is not None
+                    else None
+                ),
+            )
+        )
+
+    @staticmethod
+    def _topics(ctx: RequestContext, assignment: Assignment) -> tuple[Any, ...]:
+        return tuple(
+            ctx.make("TopicPartitions", topic_id=topic_id, partitions=tuple(sorted(parts)))
+            for topic_id, parts in sorted(assignment.items())
+        )
+
+    def describe(self, ctx: RequestContext) -> None:
+        req = ctx.body
+        include_ops = bool(req.include_authorized_operations)
+        allowed = []
+        refused: dict[str, ErrorCode] = {}
+        for group_id in req.group_ids:
+            if not self._owns(group_id):
+                refused[group_id] = ErrorCode.not_coordinator
+            elif not ctx.authorized(AclOperation.DESCRIBE, AclResourceType.GROUP, group_id):
+                refused[group_id] = ErrorCode.group_authorization_failed
+            else:
+                allowed.append(group_id)
+        described = {d.group_id: d for d in self.coordinator.describe_consumer_groups(allowed)}
+        groups = []
+        for group_id in req.group_ids:
+            d = described.get(group_id)
+            if d is None:
+                groups.append(self._group_error(ctx, group_id, refused[group_id], None))
+                continue
+            if d.error is not ErrorCode.none:
+                groups.append(self._group_error(ctx, group_id, d.error, d.message))
+                continue
+            topics = {
+                topic_id
+                for member, target in d.members
+                for assignment in (member.assigned, target)
+                for topic_id in assignment
+            }
+            names = {topic_id: self._topic_name_of(topic_id) for topic_id in topics}
+            if any(
+                name is not None
+                and not ctx.authorized(AclOperation.DESCRIBE, AclResourceType.TOPIC, name, False)
+                for name in names.values()
+            ):
+                groups.append(
+                    self._group_error(ctx, group_id, ErrorCode.topic_authorization_failed, None)
+                )
+                continue
+
+            def assignment(a: Assignment, names: dict[uuid.UUID, str | None] = names) -> Any:
+                return ctx.make(
+                    "Assignment",
+                    topic_partitions=tuple(
+                        ctx.make(
+                            "TopicPartitions",
+                            topic_id=topic_id,
+                            topic_name=names.get(topic_id) or "",
+                            partitions=tuple(sorted(parts)),
+                        )
+                        for topic_id, parts in sorted(a.items())
+                    ),
+                )
+
+            groups.append(
+                ctx.make(
+                    "DescribedGroup",
+                    error_code=ErrorCode.none,
+                    group_id=group_id,
+                    group_state=d.state,
+                    group_epoch=d.group_epoch,
+                    assignment_epoch=d.assignment_epoch,
+                    assignor_name=d.assignor_name,
+                    members=tuple(
+                        ctx.make(
+                            "Member",
+                            member_id=m.member_id,
+                            instance_id=m.instance_id,
+                            rack_id=m.rack_id,
+                            member_epoch=m.member_epoch,
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            subscribed_topic_names=m.subscribed_topic_names,
+                            subscribed_topic_regex=m.subscribed_topic_regex,
+                            assignment=assignment(m.assigned),
+                            target_assignment=assignment(target),
+                            member_type=_MEMBER_TYPE_CONSUMER,
+                        )
+                        for m, target in d.members
+                    ),
+                    authorized_operations=(
+                        ctx.authorized_operations(AclResourceType.GROUP, group_id)
+                        if include_ops
+                        else -(2**31)
+                    ),
+                )
+            )
+        ctx.respond(ctx.make_response(throttle_time=datetime.timedelta(0), groups=tuple(groups)))
+
+    @staticmethod
+    def _group_error(
+        ctx: RequestContext, group_id: str, error: ErrorCode, message: str | None
+    ) -> Any:
+        return ctx.make(
+            "DescribedGroup",
+            error_code=error,
+            error_message=message,
+            group_id=group_id,
+            group_state="",
+            members=(),
+        )

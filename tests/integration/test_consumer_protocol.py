@@ -1,0 +1,315 @@
+"""KIP-848 consumer groups with confluent-kafka (librdkafka 2.16, ``group.protocol=consumer``):
+the broker computes the assignment and members reconcile towards it through
+ConsumerGroupHeartbeat. Each member is polled in its own thread, as applications do; every
+wait is on a condition with a deadline. librdkafka's warnings and errors are collected:
+a protocol error from the broker would show there.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient
+from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.types import GroupId
+
+from kplane.protocol.errors import ErrorCode
+from kplane.testing.plugin import RunningBroker
+
+from .helpers import wait_until
+
+PARTITIONS = 6
+HEARTBEAT_MS = 200
+
+# Short intervals so a rebalance takes a few hundred milliseconds, not Kafka's seconds.
+CONSUMER_PROTOCOL = {
+    "group.consumer.heartbeat.interval.ms": str(HEARTBEAT_MS),
+    "group.consumer.min.heartbeat.interval.ms": str(HEARTBEAT_MS),
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.session.timeout.ms": "6000",
+}
+
+
+class LibrdkafkaLog(logging.Handler):
+    """librdkafka's log lines at warning and above (its own and the broker's errors)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def rdkafka_log() -> Iterator[LibrdkafkaLog]:
+    handler = LibrdkafkaLog()
+    logger = logging.getLogger("test-librdkafka")
+    logger.addHandler(handler)
+    logger.propagate = False
+    yield handler
+    logger.removeHandler(handler)
+    assert handler.lines == [], f"librdkafka complained: {handler.lines}"
+
+
+@pytest.fixture
+def kip848_broker(broker_factory: Callable[..., RunningBroker]) -> RunningBroker:
+    return broker_factory(CONSUMER_PROTOCOL)
+
+
+def produce(broker: RunningBroker, topic: str, per_partition: int, start: int = 0) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap(), "linger.ms": 5})
+    for i in range(start, start + per_partition):
+        for p in range(PARTITIONS):
+            producer.produce(topic, value=f"{p}:{i}".encode(), partition=p)
+    assert producer.flush(30) == 0
+
+
+def consumer_config(broker: RunningBroker, group: str, name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": broker.bootstrap(),
+        "group.id": group,
+        "group.protocol": "consumer",
+        "client.id": name,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "logger": logging.getLogger("test-librdkafka"),
+        **extra,
+    }
+
+
+class Member:
+    """A consumer-protocol member polled in its own thread. It records every record it
+    reads as (topic, partition, offset), commits after each batch and, on revocation, before
+    the partitions go (so the next owner starts where it stopped)."""
+
+    def __init__(self, config: dict[str, Any], topics: list[str], seen: list[Any]) -> None:
+        self.config = config
+        self.topics = topics
+        self.seen = seen
+        self.stop = threading.Event()
+        self.assignment: frozenset[tuple[str, int]] = frozenset()
+        self.history: list[frozenset[tuple[str, int]]] = []
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        consumer = None
+        try:
+            consumer = Consumer(self.config)
+
+            def on_revoke(c: Consumer, partitions: list[CkTopicPartition]) -> None:
+                try:
+                    c.commit(asynchronous=False)
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError._NO_OFFSET:  # nothing read yet
+                        raise
+
+            consumer.subscribe(self.topics, on_revoke=on_revoke)
+            while not self.stop.is_set():
+                batch = consumer.consume(100, 0.1)
+                for msg in batch:
+                    assert msg.error() is None, msg.error()
+                    self.seen.append((msg.topic(), msg.partition(), msg.offset()))
+                if batch:
+                    consumer.commit(asynchronous=False)
+                now = frozenset((tp.topic, tp.partition) for tp in consumer.assignment())
+                if now != self.assignment:
+                    self.history.append(now)
+                self.assignment = now
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            if consumer is not None:
+                consumer.close()
+            self.assignment = frozenset()
+
+    def start(self) -> Member:
+        self.thread.start()
+        return self
+
+    def leave(self) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+        assert self.error is None, repr(self.error)
+
+
+def partitions_of(members: list[Member]) -> list[int]:
+    for m in members:
+        assert m.error is None, repr(m.error)
+    return sorted(len(m.assignment) for m in members)
+
+
+def describe(broker: RunningBroker, group: str) -> Any:
+    """ConsumerGroupDescribe on the wire: the coordinator's own view (epochs included)."""
+    with broker.wire() as wire:
+        response = wire.request(
+            ConsumerGroupDescribeRequest(
+                group_ids=(GroupId(group),), include_authorized_operations=False
+            )
+        )
+    return response.groups[0]
+
+
+def test_three_members_share_then_two_take_over_without_rereading(
+    kip848_broker: RunningBroker, rdkafka_log: LibrdkafkaLog
+) -> None:
+    broker, topic, group = kip848_broker, "kip848-share", "g-share"
+    broker.create_topic(topic, PARTITIONS)
+    produce(broker, topic, 1000)
+    seen: list[Any] = []
+    members = [
+        Member(consumer_config(broker, group, f"m{i}"), [topic], seen).start() for i in range(3)
+    ]
+    try:
+        wait_until(lambda: partitions_of(members) == [2, 2, 2], 60, "a 2/2/2 split")
+        wait_until(lambda: len(seen) >= 6000, 60, "6000 records read")
+        owned = [m.assignment for m in members]
+        assert frozenset().union(*owned) == {(topic, p) for p in range(PARTITIONS)}
+        assert len(set(seen)) == len(seen) == 6000, "a record was read twice"
+        described = describe(broker, group)
+        assert described.group_state == "Stable"
+        assert len(described.members) == 3
+        assert {m.member_epoch for m in described.members} == {described.assignment_epoch}
+
+        members[0].leave()
+        produce(broker, topic, 500, start=1000)
+        wait_until(lambda: partitions_of(members[1:]) == [3, 3], 60, "a 3/3 split")
+        wait_until(lambda: len(seen) >= 9000, 60, "9000 records read")
+        assert len(set(seen)) == len(seen) == 9000, "a committed record was read again"
+        assert len(describe(broker, group).members) == 2
+    finally:
+        for m in members:
+            m.stop.set()
+        for m in members:
+            m.thread.join(30)
+
+
+def test_regex_subscription_picks_up_a_topic_created_later(
+    kip848_broker: RunningBroker, rdkafka_log: LibrdkafkaLog
+) -> None:
+    broker = kip848_broker
+    broker.create_topic("rx-first", PARTITIONS)
+    seen: list[Any] = []
+    member = Member(consumer_config(broker, "g-regex", "rx"), ["^rx-.*"], seen).start()
+    try:
+        produce(broker, "rx-first", 10)
+        wait_until(lambda: len(seen) >= 60, 60, "rx-first's records")
+        broker.create_topic("rx-later", PARTITIONS)
+        broker.create_topic("other", PARTITIONS)
+        produce(broker, "rx-later", 10)
+        wait_until(lambda: len(seen) >= 120, 60, "rx-later's records")
+        assert {t for t, _p, _o in seen} == {"rx-first", "rx-later"}
+        assert {t for t, _p in member.assignment} == {"rx-first", "rx-later"}
+        described = describe(broker, "g-regex")
+        # librdkafka sends its regular expressions as one alternation: (^rx-.*)
+        assert "^rx-.*" in described.members[0].subscribed_topic_regex
+    finally:
+        member.leave()
+
+
+def test_static_member_rejoins_without_a_rebalance(
+    kip848_broker: RunningBroker, rdkafka_log: LibrdkafkaLog
+) -> None:
+    broker, topic, group = kip848_broker, "kip848-static", "g-static"
+    broker.create_topic(topic, PARTITIONS)
+    seen: list[Any] = []
+
+    def member(name: str) -> Member:
+        config = consumer_config(broker, group, name, **{"group.instance.id": name})
+        return Member(config, [topic], seen).start()
+
+    first, other = member("static-a"), member("static-b")
+    try:
+        wait_until(lambda: partitions_of([first, other]) == [3, 3], 60, "a 3/3 split")
+        wait_until(lambda: describe(broker, group).group_state == "Stable", 30, "Stable")
+        before = describe(broker, group)
+        kept = first.assignment
+        first.leave()  # a static member's close leaves with epoch -2: its place is kept
+        away = describe(broker, group)
+        assert away.group_epoch == before.group_epoch
+        assert sorted(m.member_epoch for m in away.members)[0] == -2
+        again = member("static-a")
+        wait_until(lambda: again.assignment == kept, 60, "the same partitions again")
+        wait_until(lambda: describe(broker, group).group_state == "Stable", 30, "Stable")
+        after = describe(broker, group)
+        assert after.group_epoch == before.group_epoch, "the rejoin rebalanced the group"
+        assert other.history == [other.history[0]], "the other member's partitions moved"
+        again.leave()
+    finally:
+        for m in (first, other):
+            m.stop.set()
+            m.thread.join(30)
+
+
+def test_admin_describes_a_consumer_group_beside_a_classic_one(
+    kip848_broker: RunningBroker, rdkafka_log: LibrdkafkaLog
+) -> None:
+    broker, topic = kip848_broker, "kip848-both"
+    broker.create_topic(topic, PARTITIONS)
+    produce(broker, topic, 10)
+    new_seen: list[Any] = []
+    classic_seen: list[Any] = []
+    new = Member(consumer_config(broker, "g-new", "new"), [topic], new_seen).start()
+    classic_config = consumer_config(broker, "g-classic", "classic")
+    classic_config.update({"group.protocol": "classic", "session.timeout.ms": 6000})
+    classic = Member(classic_config, [topic], classic_seen).start()
+    try:
+        wait_until(lambda: len(new_seen) >= 60 and len(classic_seen) >= 60, 60, "both read all")
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap()})
+        described = admin.describe_consumer_groups(["g-new", "g-classic"], request_timeout=10)
+        new_group = described["g-new"].result()
+        classic_group = described["g-classic"].result()
+        assert new_group.type == ConsumerGroupType.CONSUMER
+        assert classic_group.type == ConsumerGroupType.CLASSIC
+        (member,) = new_group.members
+        assert member.client_id == "new"
+        assert sorted(tp.partition for tp in member.assignment.topic_partitions) == list(
+            range(PARTITIONS)
+        )
+        listed = admin.list_consumer_groups(
+            types={ConsumerGroupType.CONSUMER}, request_timeout=10
+        ).result()
+        assert [g.group_id for g in listed.valid] == ["g-new"]
+        with broker.wire() as wire:
+            (as_classic,) = wire.request(
+                DescribeGroupsRequest(
+                    groups=(GroupId("g-new"),), include_authorized_operations=False
+                )
+            ).groups
+        assert as_classic.error_code == ErrorCode.group_id_not_found
+        assert as_classic.group_state == "Dead"
+    finally:
+        new.leave()
+        classic.leave()
+
+
+def test_a_classic_group_upgrades_to_the_consumer_protocol_keeping_its_offsets(
+    kip848_broker: RunningBroker, rdkafka_log: LibrdkafkaLog
+) -> None:
+    broker, topic, group = kip848_broker, "kip848-upgrade", "g-upgrade"
+    broker.create_topic(topic, PARTITIONS)
+    produce(broker, topic, 10)
+    classic_seen: list[Any] = []
+    config = consumer_config(broker, group, "old")
+    config.update({"group.protocol": "classic", "session.timeout.ms": 6000})
+    classic = Member(config, [topic], classic_seen).start()
+    wait_until(lambda: len(classic_seen) >= 60, 60, "the classic member's reads")
+    classic.leave()  # commits, leaves: the classic group is Empty with its offsets
+    produce(broker, topic, 5, start=10)
+    seen: list[Any] = []
+    new = Member(consumer_config(broker, group, "new"), [topic], seen).start()
+    try:
+        wait_until(lambda: len(seen) >= 30, 60, "the new member's reads")
+        assert sorted(o for _t, _p, o in seen) == sorted(list(range(10, 15)) * PARTITIONS)
+        assert describe(broker, group).group_state in ("Stable", "Reconciling")
+    finally:
+        new.leave()
