@@ -444,6 +444,10 @@ _DECLARED: tuple[ActedOn | ConfigDef, ...] = (
     ActedOn("follower.replication.throttled.rate",
             "Bytes per second an out-of-sync follower fetches for the replicas its topics "
             "list in follower.replication.throttled.replicas."),
+    ActedOn("replica.alter.log.dirs.io.max.bytes.per.second",
+            "Bytes per second the broker copies when it moves replicas between its log dirs "
+            "(AlterReplicaLogDirs); the last bytes of a move, copied while appends wait, are "
+            "not held back."),
     ActedOn("replication.quota.window.num",
             "Samples kept to compute a replication throttle's rate."),
     ActedOn("replication.quota.window.size.seconds",

@@ -143,7 +143,10 @@ class FileLog(Log):
         log_start_offset: int = 0,
         clean: bool = True,
         failures: LogDirFailureChannel | None = None,
+        lock: threading.RLock | None = None,
     ) -> None:
+        """``lock``: the lock to share (a future log shares its current log's, so one lock
+        serializes both while a replica moves between log dirs)."""
         self.directory = directory
         self.log_dir = str(directory.parent)
         self.failures = failures if failures is not None else LogDirFailureChannel()
@@ -162,7 +165,7 @@ class FileLog(Log):
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
         self.producer_state = ProducerStateManager()
-        self.lock = threading.RLock()  # the Log's lock, see Log.lock
+        self.lock = lock if lock is not None else threading.RLock()  # see Log.lock
         self._load(clean)
 
     # loading -------------------------------------------------------------------------

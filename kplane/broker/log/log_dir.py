@@ -7,6 +7,7 @@ import fcntl
 import os
 import re
 import time
+import uuid
 from pathlib import Path
 
 from kplane.broker.log.checkpoint_file import OffsetCheckpointFile, parse_int
@@ -20,8 +21,11 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+DELETE_SUFFIX = "-delete"
+FUTURE_SUFFIX = "-future"
 # Kafka's partition directories being deleted, moved between log dirs, or left stray.
-SPECIAL_DIR_SUFFIXES = ("-delete", "-future", "-stray")
+SPECIAL_DIR_SUFFIXES = (DELETE_SUFFIX, FUTURE_SUFFIX, "-stray")
+_UNIQUE_ID = re.compile(r"[0-9a-f]{32}")
 _PARTITION = re.compile(r"0|[1-9][0-9]*")  # as Kafka names it: no sign, no leading zeros
 
 
@@ -51,6 +55,21 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     except KafkaError:
         return None
     return topic, int(partition)
+
+
+def special_dir_name(topic: str, partition: int, suffix: str) -> str:
+    """Kafka's name for a partition directory being moved in (``FUTURE_SUFFIX``) or deleted
+    (``DELETE_SUFFIX``): ``<topic>-<partition>.<unique id><suffix>``."""
+    return f"{topic}-{partition}.{uuid.uuid4().hex}{suffix}"
+
+
+def parse_future_dir(name: str) -> tuple[str, int] | None:
+    """``(topic, partition)`` for a future log's directory (``special_dir_name`` with
+    ``FUTURE_SUFFIX``), or None."""
+    if not name.endswith(FUTURE_SUFFIX):
+        return None
+    base, _, unique = name[: -len(FUTURE_SUFFIX)].rpartition(".")
+    return parse_partition_dir(base) if _UNIQUE_ID.fullmatch(unique) else None
 
 
 class LogDir:
@@ -204,6 +223,16 @@ class LogDir:
         found = []
         for path in self._subdirs():
             parsed = parse_partition_dir(path.name)
+            if parsed is not None:
+                found.append((*parsed, path))
+        return sorted(found)
+
+    def future_dirs(self) -> list[tuple[str, int, Path]]:
+        """``(topic, partition, path)`` of each future log's directory (a move into this dir
+        under way, KIP-113), sorted."""
+        found = []
+        for path in self._subdirs():
+            parsed = parse_future_dir(path.name)
             if parsed is not None:
                 found.append((*parsed, path))
         return sorted(found)

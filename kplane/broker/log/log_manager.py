@@ -13,18 +13,25 @@ A log dir fails as a whole (KIP-112): an I/O error on any of its files is report
 LogDirFailureChannel, and :meth:`LogManager.handle_log_dir_failure` then takes its logs out
 of service; their partitions stay offline, answering KAFKA_STORAGE_ERROR, until a restart.
 New logs go to the dirs still online.
+
+A replica moves to another log dir (KIP-113, AlterReplicaLogDirs) through a future log,
+``<topic>-<partition>.<id>-future`` in the target dir, which the
+ReplicaAlterLogDirsManager (``broker/log/replica_alter_log_dirs.py``) copies up to the
+current log; :meth:`LogManager.replace_current_with_future` then swaps it in (the current
+dir renamed ``-delete``). A future dir found at start-up resumes its move.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -34,18 +41,26 @@ from kplane.broker.log.file_log import FileLog
 from kplane.broker.log.log import Log, MemoryLog
 from kplane.broker.log.log_cleaner import CleanerConfig, LogCleaner
 from kplane.broker.log.log_config import LogSettings
-from kplane.broker.log.log_dir import LogDir, LogDirError
+from kplane.broker.log.log_dir import (
+    DELETE_SUFFIX,
+    FUTURE_SUFFIX,
+    LogDir,
+    LogDirError,
+    special_dir_name,
+)
 from kplane.broker.log.log_dir_failure_channel import KafkaStorageError, LogDirFailureChannel
 from kplane.broker.log.partition import Partition, TopicPartition
+from kplane.broker.log.replica_alter_log_dirs import FutureLog, ReplicaAlterLogDirsManager
 from kplane.broker.log.segment import LogSegment
 from kplane.broker.metrics.registry import BrokerMetrics
+from kplane.broker.utils.files import fsync_dir
 from kplane.broker.utils.scheduler import KafkaScheduler
+from kplane.protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger(__name__)
 
 FILE = "file"
 MEMORY = "memory"
-DELETE_SUFFIX = "-delete"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +74,10 @@ class LogManagerConfig:
     recovery_point_checkpoint_interval_ms: int = 60_000
     log_start_checkpoint_interval_ms: int = 60_000
     file_delete_delay_ms: int = 60_000
+
+
+_FutureOnDisk = tuple[TopicPartition, Path, LogDir, dict[str, Any]]
+"""A future log found at start-up: its partition, directory, log dir and load settings."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +111,9 @@ class LogManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self._dirs_of: dict[TopicPartition, LogDir] = {}
         self._offline: set[TopicPartition] = set()
+        self._futures: dict[TopicPartition, FutureLog] = {}
         self._lock = threading.Lock()
+        self._moves_lock = threading.Lock()  # one AlterReplicaLogDirs change at a time
         self.log_dir_failures = LogDirFailureChannel()
         """Where an I/O error takes a log dir offline (Kafka's LogDirFailureChannel)."""
         try:
@@ -105,6 +126,8 @@ class LogManager:
             id(d): {} for d in self.log_dirs
         }
         self._cleaner_offsets_lock = threading.Lock()
+        self.log_dir_mover = ReplicaAlterLogDirsManager(self, len(self.log_dirs))
+        """The threads moving replicas between log dirs (Kafka's default count: one a dir)."""
 
     @property
     def files(self) -> bool:
@@ -146,8 +169,9 @@ class LogManager:
         if not self.files:
             return
         started = time.monotonic()
-        for log_dir in self.log_dirs:
-            self._load_dir(log_dir)
+        futures = [f for log_dir in self.log_dirs for f in self._load_dir(log_dir)]
+        for tp, path, log_dir, kwargs in futures:
+            self._load_future(tp, path, log_dir, kwargs)
         log.info(
             "logs loaded",
             partitions=len(self._partitions),
@@ -177,9 +201,13 @@ class LogManager:
             )
         if cleaner is not None and cleaner.enable:
             self.cleaner = LogCleaner(cleaner, self, metrics)
+            for tp in list(self._futures):  # a log being moved is not cleaned meanwhile
+                self.cleaner.abort_and_pause(tp)
             self.cleaner.startup()
 
-    def _load_dir(self, log_dir: LogDir) -> None:
+    def _load_dir(self, log_dir: LogDir) -> list[_FutureOnDisk]:
+        """Load the dir's logs; its future logs are returned, to load once every current
+        log is (a future log shares its current log's lock)."""
         clean = log_dir.had_clean_shutdown()
         recovery_points = log_dir.recovery_points.read()
         log_starts = log_dir.log_start_offsets.read()
@@ -198,7 +226,35 @@ class LogManager:
             )
             self._partitions[tp] = Partition(tp, file_log)
             self._dirs_of[tp] = log_dir
+        futures = [
+            (
+                TopicPartition(topic, partition),
+                path,
+                log_dir,
+                {
+                    "recovery_point": recovery_points.get((topic, partition), 0),
+                    "log_start_offset": log_starts.get((topic, partition), 0),
+                    "clean": clean,
+                },
+            )
+            for topic, partition, path in log_dir.future_dirs()
+        ]
         log_dir.remove_clean_shutdown_marker()
+        return futures
+
+    def _load_future(
+        self, tp: TopicPartition, path: Path, log_dir: LogDir, kwargs: dict[str, Any]
+    ) -> None:
+        """Resume a move a stop cut short; a future log whose current log is gone goes."""
+        partition = self._partitions.get(tp)
+        if partition is None or self._dirs_of.get(tp) is log_dir or tp in self._futures:
+            log.warning("future log without a current log elsewhere removed", log_dir=str(path))
+            shutil.rmtree(path, ignore_errors=True)
+            return
+        future = self._file_log(tp, path, lock=partition.log.lock, **kwargs)
+        self._futures[tp] = FutureLog(future, log_dir)
+        log.info("replica move resumed", partition=str(tp), log_dir=str(log_dir.path))
+        self.log_dir_mover.add(tp)
 
     def _file_log(self, tp: TopicPartition, path: Path, **kwargs: object) -> FileLog:
         topic = tp.topic
@@ -215,6 +271,7 @@ class LogManager:
         """A clean stop: background tasks stopped, every log flushed and closed, the
         checkpoints written, then the clean-shutdown marker that lets the next start skip
         recovery."""
+        self.log_dir_mover.shutdown()
         if self.cleaner is not None:
             self.cleaner.shutdown()
             self.cleaner = None
@@ -228,6 +285,9 @@ class LogManager:
                         partition.close()
                     except KafkaStorageError:  # its dir failed just now: logged there
                         _close_handlers(partition)
+                for future in self._futures.values():
+                    with contextlib.suppress(KafkaStorageError):
+                        future.log.close()
                 self.checkpoint_recovery_points()
                 self.checkpoint_log_start_offsets()
                 for log_dir in self.live_log_dirs:  # a failed dir is recovered at the next start
@@ -292,6 +352,12 @@ class LogManager:
             for tp in gone:
                 del self._dirs_of[tp]
             self._offline.update(gone)
+        # A move into the failed dir stops (the replica stays where it is), as does a move
+        # out of it.
+        for tp in [tp for tp, f in self._futures.items() if str(f.log_dir.path) == log_dir]:
+            self.abort_future_log(tp)
+        for tp in gone:
+            self.abort_future_log(tp)
         for partition in partitions:
             _close_handlers(partition)
         log.warning("logs offline: their log dir failed", log_dir=log_dir, partitions=len(gone))
@@ -300,6 +366,7 @@ class LogManager:
     def delete(self, tp: TopicPartition) -> bool:
         """Drop one partition and its log (its directory renamed ``*-delete`` and removed
         in the background); False when it was not hosted."""
+        self.abort_future_log(tp)
         with self._lock:
             partition = self._partitions.pop(tp, None)
             log_dir = self._dirs_of.pop(tp, None)
@@ -314,13 +381,18 @@ class LogManager:
         if cleaner is not None:
             cleaner.resume(tp)
         if isinstance(partition.log, FileLog) and log_dir is not None:
-            doomed = log_dir.path / f"{tp}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
-            partition.log.directory.rename(doomed)
-            self._later(
-                "delete-log", lambda: shutil.rmtree(doomed, ignore_errors=True),
-                self.config.file_delete_delay_ms,
-            )
+            self._delete_dir(tp, partition.log, log_dir)
         return True
+
+    def _delete_dir(self, tp: TopicPartition, gone: FileLog, log_dir: LogDir) -> None:
+        """Rename a closed log's directory ``*-delete`` and remove it in the background."""
+        doomed = log_dir.path / special_dir_name(tp.topic, tp.partition, DELETE_SUFFIX)
+        gone.directory.rename(doomed)
+        self._later(
+            "delete-log",
+            lambda: shutil.rmtree(doomed, ignore_errors=True),
+            self.config.file_delete_delay_ms,
+        )
 
     def partitions(self) -> list[Partition]:
         """Every hosted partition."""
@@ -334,6 +406,8 @@ class LogManager:
             log_dir = self._dirs_of.get(tp)
             if log_dir is not None and self.files:
                 held[id(log_dir)].append(DirReplica(tp, partition.log, False))
+        for tp, future in list(self._futures.items()):
+            held[id(future.log_dir)].append(DirReplica(tp, future.log, True))
         failures = self.log_dir_failures
         return [
             LogDirReplicas(d.path, failures.is_offline(str(d.path)), held[id(d)])
@@ -346,6 +420,132 @@ class LogManager:
             for tp, p in list(self._partitions.items())
             if isinstance(p.log, FileLog) and tp in self._dirs_of
         ]
+
+    # moving replicas between log dirs (KIP-113) --------------------------------------------
+    def future_log(self, tp: TopicPartition) -> FutureLog | None:
+        """``tp``'s future log while it moves to another log dir, else None."""
+        return self._futures.get(tp)
+
+    def alter_log_dir(self, tp: TopicPartition, destination: str) -> bool:
+        """Kafka's ReplicaManager.alterReplicaLogDirs for one replica: move it to the log
+        dir ``destination`` through a future log; True when a move starts. A move under way
+        to another dir stops first (a move back to the current dir just stops). KafkaError:
+        INVALID_TOPIC_EXCEPTION (a future dir name over 255 characters), LOG_DIR_NOT_FOUND
+        (not one of ``log.dirs``, or memory storage), KAFKA_STORAGE_ERROR (the dir or the
+        replica offline, or any log dir offline while a move would start),
+        REPLICA_NOT_AVAILABLE (not hosted here)."""
+        if len(special_dir_name(tp.topic, tp.partition, FUTURE_SUFFIX)) > 255:
+            raise KafkaError(ErrorCode.invalid_topic_exception, "The topic name is too long.")
+        with self._moves_lock:
+            return self._alter_log_dir(tp, destination)
+
+    def _alter_log_dir(self, tp: TopicPartition, destination: str) -> bool:
+        path = os.path.abspath(destination)
+        target = next((d for d in self.log_dirs if os.path.abspath(d.path) == path), None)
+        if target is None or not self.files:
+            raise KafkaError(
+                ErrorCode.log_dir_not_found, f"log dir {destination} is not in log.dirs"
+            )
+        if self.log_dir_failures.is_offline(str(target.path)) or tp in self._offline:
+            raise KafkaStorageError(f"log dir {destination} or {tp} is offline")
+        with self._lock:
+            partition = self._partitions.get(tp)
+            if partition is None or tp not in self._dirs_of:
+                raise KafkaError(ErrorCode.replica_not_available, f"{tp} is not hosted here")
+            moving = self._futures.get(tp)
+        if moving is not None and moving.log_dir is not target:
+            self.abort_future_log(tp)
+        elif moving is not None:
+            return False
+        if self._dirs_of.get(tp) is target:
+            return False
+        if len(self.live_log_dirs) < len(self.log_dirs):
+            raise KafkaStorageError("a log dir is offline: no future log is made meanwhile")
+        path_in = target.path / special_dir_name(tp.topic, tp.partition, FUTURE_SUFFIX)
+        try:
+            future = self._file_log(tp, path_in, lock=partition.log.lock)
+        except OSError as exc:
+            failed = str(target.path)
+            self.log_dir_failures.maybe_add_offline_log_dir(failed, f"create future {tp}", exc)
+            raise KafkaStorageError(f"the future log of {tp} cannot be created") from None
+        with self._lock:
+            self._futures[tp] = FutureLog(future, target)
+        if self.cleaner is not None:
+            self.cleaner.abort_and_pause(tp)
+        log.info("replica move started", partition=str(tp), log_dir=str(target.path))
+        self.log_dir_mover.add(tp)
+        return True
+
+    def replace_current_with_future(self, tp: TopicPartition) -> None:
+        """Kafka's replaceCurrentWithFutureLog: the future log (as long as the current one,
+        the caller holding their shared lock) becomes ``tp``'s log under its final name in
+        the target dir, and the current log's directory is renamed ``-delete`` and removed
+        in the background; the checkpoints follow."""
+        with self._lock:
+            partition = self._partitions.get(tp)
+            future = self._futures.pop(tp, None)
+            source = self._dirs_of.get(tp)
+        if partition is None or future is None or source is None:
+            return
+        current, target = partition.log, future.log_dir
+        assert isinstance(current, FileLog)
+        end, start = future.log.log_end_offset, current.log_start_offset
+        epochs = current.leader_epochs.entries
+        try:
+            future.log.close()
+            final = target.path / str(tp)
+            future.log.directory.rename(final)
+            fsync_dir(target.path)
+        except OSError as exc:
+            failed = str(target.path)
+            self.log_dir_failures.maybe_add_offline_log_dir(failed, f"swap in {tp}", exc)
+            raise KafkaStorageError(f"the future log of {tp} cannot be swapped in") from None
+        swapped = self._file_log(
+            tp, final, recovery_point=end, log_start_offset=start, lock=current.lock
+        )
+        if epochs:
+            swapped.maybe_assign_epoch_start_offset(*epochs[-1])
+        swapped.maybe_increment_log_start_offset(start)
+        with self._lock:
+            partition.log = swapped
+            self._dirs_of[tp] = target
+        current.close()
+        self._delete_dir(tp, current, source)
+        with self._cleaner_offsets_lock:
+            moved = self._cleaner_offsets.get(id(source), {}).pop((tp.topic, tp.partition), None)
+            if moved is not None:
+                self._cleaner_offsets.setdefault(id(target), {})[(tp.topic, tp.partition)] = moved
+        for log_dir in (source, target):
+            self._write_cleaner_offsets(log_dir)
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        if self.cleaner is not None:
+            self.cleaner.resume(tp)
+        log.info("replica moved", partition=str(tp), log_dir=str(target.path), log_end_offset=end)
+
+    def abort_future_log(self, tp: TopicPartition) -> None:
+        """Stop ``tp``'s move, if any: its future log goes (Kafka's removeFutureLocalReplica)."""
+        with self._lock:
+            future = self._futures.pop(tp, None)
+        if future is None:
+            return
+        future.log.close_handlers()
+        if not self.log_dir_failures.is_offline(str(future.log_dir.path)):
+            self._delete_dir(tp, future.log, future.log_dir)
+        if self.cleaner is not None:
+            self.cleaner.resume(tp)
+        log.info("replica move stopped", partition=str(tp), log_dir=str(future.log_dir.path))
+
+    def _follow_truncation(self, tp: TopicPartition, cut: Callable[[FileLog], object]) -> None:
+        """A truncation of ``tp``'s current log cuts its future log the same way, and a copy
+        read before it is dropped (the move's generation moves on)."""
+        future = self._futures.get(tp)
+        partition = self._partitions.get(tp)
+        if future is None or partition is None:
+            return
+        with partition.log.lock:
+            cut(future.log)
+            future.generation += 1
 
     # background work ---------------------------------------------------------------------
     def _later(self, name: str, task: Callable[[], None], delay_ms: int) -> None:
@@ -401,6 +601,8 @@ class LogManager:
         out: dict[int, dict[tuple[str, int], int]] = {id(d): {} for d in self.log_dirs}
         for tp, file_log, log_dir in self._file_logs():
             out[id(log_dir)][(tp.topic, tp.partition)] = value(file_log)
+        for tp, future in list(self._futures.items()):
+            out[id(future.log_dir)][(tp.topic, tp.partition)] = value(future.log)
         return out
 
     def checkpoint_recovery_points(self) -> None:
@@ -447,6 +649,7 @@ class LogManager:
         with self._cleaner_paused(tp, target, offset):
             truncated = target.truncate_to(offset)
             self._truncate_cleaner_offset(tp, target)
+        self._follow_truncation(tp, lambda future: future.truncate_to(offset))
         if truncated and isinstance(target, FileLog):
             self.checkpoint_recovery_points()
         return truncated
@@ -463,6 +666,7 @@ class LogManager:
         with self._cleaner_paused(tp, target, -1):
             target.truncate_fully_and_start_at(offset)
             self._truncate_cleaner_offset(tp, target)
+        self._follow_truncation(tp, lambda future: future.truncate_fully_and_start_at(offset))
         if isinstance(target, FileLog):
             self.checkpoint_recovery_points()
             self.checkpoint_log_start_offsets()

@@ -186,6 +186,9 @@ class KafkaServer:
             ),
             lambda topic: self.log_configs.log_settings(topic),
         )
+        self.log_manager.log_dir_mover.io_max_bytes_per_second = lambda: self.config.get_int(
+            "replica.alter.log.dirs.io.max.bytes.per.second"
+        )
         self.log_manager.lock_dirs()  # before the store: a second broker on these dirs stops
         self.lifecycle.on_shutdown("close logs", self.log_manager.shutdown)
         self.store = self._store or open_store(self.static_config)

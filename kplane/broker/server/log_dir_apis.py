@@ -1,5 +1,6 @@
-"""DescribeLogDirs (API 35): the log dirs of ``log.dirs`` and the replicas each holds, as
-Kafka's ReplicaManager.describeLogDirs answers them (KIP-113)."""
+"""DescribeLogDirs (API 35) and AlterReplicaLogDirs (API 34), KIP-113: the log dirs of
+``log.dirs`` and the replicas each holds, and moves of replicas between them, as Kafka's
+ReplicaManager.describeLogDirs and alterReplicaLogDirs answer them."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import Any
 import structlog
 
 from kplane.broker.log.log_manager import DirReplica, LogDirReplicas, LogManager
+from kplane.broker.log.partition import TopicPartition
 from kplane.broker.server.context import Handler, RequestContext
 from kplane.common.acl import AclOperation, AclResourceType
 from kplane.protocol.api_keys import ApiKey
-from kplane.protocol.errors import ErrorCode
+from kplane.protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger(__name__)
 
@@ -28,7 +30,10 @@ class LogDirApis:
         self.log_manager = log_manager
 
     def handlers(self) -> Mapping[int, Handler]:
-        return {ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs}
+        return {
+            ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
+            ApiKey.ALTER_REPLICA_LOG_DIRS: self.handle_alter_replica_log_dirs,
+        }
 
     # DescribeLogDirs -----------------------------------------------------------------
     def handle_describe_log_dirs(self, ctx: RequestContext) -> None:
@@ -103,3 +108,53 @@ class LogDirApis:
         if replica.is_future:
             return partition.log.log_end_offset - end
         return max(partition.high_watermark - end, 0)
+
+    # AlterReplicaLogDirs -------------------------------------------------------------
+    def handle_alter_replica_log_dirs(self, ctx: RequestContext) -> None:
+        """Move each named replica to its dir (the last dir naming a partition wins), one
+        error per partition; CLUSTER_AUTHORIZATION_FAILED for all without ALTER on the
+        cluster. Refusals are one warning line for the request."""
+        moves: dict[TopicPartition, str] = {}
+        for d in ctx.body.dirs:
+            for t in d.topics:
+                for p in t.partitions:
+                    moves[TopicPartition(t.name, int(p))] = d.path
+        errors: dict[TopicPartition, ErrorCode] = {}
+        if not ctx.authorized(AclOperation.ALTER, AclResourceType.CLUSTER):
+            errors = dict.fromkeys(moves, ErrorCode.cluster_authorization_failed)
+        else:
+            refused: dict[str, str] = {}
+            for tp, destination in moves.items():
+                try:
+                    self.log_manager.alter_log_dir(tp, destination)
+                    errors[tp] = ErrorCode.none
+                except KafkaError as exc:
+                    errors[tp] = exc.code
+                    refused[f"{tp}:{destination}"] = exc.code.name
+            if refused:
+                log.warning(
+                    "replica log dir moves refused",
+                    connection=ctx.request.connection_id,
+                    refused=refused,
+                )
+        by_topic: dict[str, list[Any]] = {}
+        for tp, error in errors.items():
+            by_topic.setdefault(tp.topic, []).append(
+                ctx.make(
+                    "AlterReplicaLogDirPartitionResult",
+                    partition_index=tp.partition,
+                    error_code=error,
+                )
+            )
+        ctx.respond(
+            ctx.make_response(
+                results=tuple(
+                    ctx.make(
+                        "AlterReplicaLogDirTopicResult",
+                        topic_name=topic,
+                        partitions=tuple(partitions),
+                    )
+                    for topic, partitions in by_topic.items()
+                )
+            )
+        )
