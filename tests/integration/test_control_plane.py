@@ -37,9 +37,15 @@ def _module(key: int, version: int) -> Any:
 
 
 def leader_and_isr(
-    version: int, topic: str, leader: int, leader_epoch: int, controller_epoch: int = 1
+    version: int,
+    topic: str,
+    leader: int,
+    leader_epoch: int,
+    controller_epoch: int = 1,
+    live_leaders: tuple[int, ...] | None = None,
 ) -> Any:
-    """A LeaderAndIsr of one partition, in the layout of ``version``."""
+    """A LeaderAndIsr of one partition, in the layout of ``version``; ``live_leaders``
+    defaults to the leader."""
     module = _module(LEADER_AND_ISR, version)
     state = dict(
         topic_name=topic,
@@ -69,10 +75,9 @@ def leader_and_isr(
         )
         if grouped
         else (),
-        live_leaders=(
-            api.make(
-                module.LeaderAndIsrLiveLeader, broker_id=leader, host_name="127.0.0.1", port=9
-            ),
+        live_leaders=tuple(
+            api.make(module.LeaderAndIsrLiveLeader, broker_id=b, host_name="127.0.0.1", port=9)
+            for b in ((leader,) if live_leaders is None else live_leaders)
         ),
     )
 
@@ -146,17 +151,22 @@ def update_metadata(
 
 def test_a_leader_not_known_alive_is_not_fetched_from(cp_broker) -> None:
     """Kafka's makeFollowers: the partition follows, but no fetcher is started for a leader
-    the metadata cache does not know alive (a LeaderAndIsr naming broker 7 left a thread
-    retrying a connection to it for the broker's lifetime)."""
+    that neither the request's live leaders nor the metadata cache name alive (a forged
+    LeaderAndIsr naming broker 7 left a thread retrying a connection to it for the
+    broker's lifetime)."""
     topic = "lai-unknown-leader"
     cp_broker.create_topic(topic, 1)
     with capture_logs() as logs, cp_broker.wire("CONTROLLER") as control:
-        response = control.request(leader_and_isr(7, topic, leader=7, leader_epoch=5))
-        assert _partition_errors(response) == [ErrorCode.none]
+        unknown = leader_and_isr(7, topic, leader=7, leader_epoch=5, live_leaders=(3,))
+        assert _partition_errors(control.request(unknown)) == [ErrorCode.none]
         assert cp_broker.replica_fetchers() == []
+        # Known alive from the cache (an UpdateMetadata named broker 1) ...
         control.request(update_metadata(7, cp_broker, topic, leader=1))
-        control.request(leader_and_isr(7, topic, leader=1, leader_epoch=6))
+        control.request(leader_and_isr(7, topic, leader=1, leader_epoch=6, live_leaders=()))
         assert [f.leader for f in cp_broker.replica_fetchers()] == [1]
+        # ... or from the request's live leaders, as the controller sends them.
+        control.request(leader_and_isr(7, topic, leader=2, leader_epoch=7))
+        assert [f.leader for f in cp_broker.replica_fetchers()] == [2]
     assert [e for e in logs if "not fetching" in e["event"]] == [
         {
             "event": "LeaderAndIsr names leaders this broker does not know alive: not fetching",

@@ -199,7 +199,6 @@ class KafkaController:
             self._assign(topic)
         self._elect_offline_partitions()  # leaders that died while nobody was controller
         full = list(self._states.values())
-        self._send_update_metadata([])  # the live brokers first (Kafka's onControllerFailover)
         self._send_leader_and_isr(full, full=True)
         self._send_update_metadata(full)
         self.log_dir_events.startup()
@@ -233,17 +232,15 @@ class KafkaController:
             self.channels.add_broker(broker)
         changed = self._elect_offline_partitions() if gone or joined else []
         changed += self._remove_from_isr(gone)
-        # As Kafka's onBrokerStartup: every live broker learns the new broker list first
-        # (a joining or changed broker with every partition state), so a follower told
-        # to fetch from a joined leader knows it alive; then the changed partitions.
+        if changed:
+            self._send_leader_and_isr(changed)
+        # Every live broker learns the new broker list; a joining (or changed) broker
+        # gets every partition state, the others only what changed.
         joined_ids = {b.broker_id for b in joined}
         full = list(self._states.values())
         for broker_id in self._brokers:
-            states = full if broker_id in joined_ids else []
+            states = full if broker_id in joined_ids else changed
             self._send(broker_id, ApiKey.UPDATE_METADATA, self._update_metadata(states))
-        if changed:
-            self._send_leader_and_isr(changed)
-            self._send_update_metadata(changed)
         for broker in joined:
             hosted = [s for s in full if broker.broker_id in s.replicas]
             if hosted:

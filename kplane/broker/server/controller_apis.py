@@ -268,7 +268,9 @@ class ControllerApis:
             ctx,
             (s.tp.topic for s in states),
             lambda: self.replica_manager.become_leader_or_follower(
-                int(body.controller_epoch), states
+                int(body.controller_epoch),
+                states,
+                {int(leader.broker_id) for leader in body.live_leaders},
             ),
         )
         per = {s.tp: errors.get(s.tp, top) for s in states}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -128,14 +128,18 @@ class ReplicaManager:
 
     # leadership (LeaderAndIsr, StopReplica) ----------------------------------------------
     def become_leader_or_follower(
-        self, controller_epoch: int, states: list[ReplicaState]
+        self,
+        controller_epoch: int,
+        states: list[ReplicaState],
+        live_leaders: Collection[int] = (),
     ) -> dict[TopicPartition, ErrorCode]:
         """Apply a controller's decisions: lead the partitions whose leader is this broker,
         follow the others (their fetchers start from where the leader's log agrees with
-        this one; a leader the metadata cache does not know alive is not fetched from, as
-        Kafka's makeFollowers). Raises KafkaError(STALE_CONTROLLER_EPOCH) for an older controller; a
-        partition whose (leader epoch, partition epoch) is not newer than the one applied is
-        answered STALE_CONTROLLER_EPOCH and left alone, as Kafka does."""
+        this one; a leader neither the request's ``live_leaders`` nor the metadata cache
+        names alive is not fetched from, as Kafka's makeFollowers). Raises
+        KafkaError(STALE_CONTROLLER_EPOCH) for an older controller; a partition whose
+        (leader epoch, partition epoch) is not newer than the one applied is answered
+        STALE_CONTROLLER_EPOCH and left alone, as Kafka does."""
         errors: dict[TopicPartition, ErrorCode] = {}
         with self._state_lock:
             self._advance_controller_epoch(controller_epoch)
@@ -143,7 +147,6 @@ class ReplicaManager:
             led: list[TopicPartition] = []
             demoted: list[TopicPartition] = []
             unavailable: list[TopicPartition] = []
-            alive = self.cache.snapshot.brokers
             for state in states:
                 a = state.assignment
                 self._isr_fenced.pop(state.tp, None)
@@ -172,7 +175,7 @@ class ReplicaManager:
                 else:
                     partition.make_follower(self.broker_id, a)
                     demoted.append(state.tp)
-                    if a.leader in alive:
+                    if a.leader in live_leaders or a.leader in self.cache.snapshot.brokers:
                         followed[state.tp] = partition
                     elif a.leader >= 0:
                         unavailable.append(state.tp)
