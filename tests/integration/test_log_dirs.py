@@ -1,11 +1,13 @@
 """DescribeLogDirs (API 35, KIP-113): a broker with two log dirs described by kafka-python's
-admin and by ``kplane log-dirs`` (kafka-log-dirs.sh's options and JSON): sizes, offset lag,
-the volume's bytes, a failed dir answering KAFKA_STORAGE_ERROR, and the cluster ACL."""
+admin, by @platformatic/kafka's (Node.js, installed with npm) and by ``kplane log-dirs``
+(kafka-log-dirs.sh's options and JSON): sizes, offset lag, the volume's bytes, a failed dir
+answering KAFKA_STORAGE_ERROR, and the cluster ACL."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,72 @@ def test_kafka_python_describes_every_log_dir(broker_factory: Any, tmp_path: Pat
         for p in t["partitions"]
     ]
     assert only == [(str(placed[1]), "spread", 1)]
+
+
+PLATFORMATIC = "@platformatic/kafka@2.12.1"
+DESCRIBE_JS = """
+// Node.js 20 lacks Promise.withResolvers (22 has it), which the client uses.
+Promise.withResolvers ??= () => {
+  const out = {}
+  out.promise = new Promise((resolve, reject) => Object.assign(out, { resolve, reject }))
+  return out
+}
+const { Admin } = await import('@platformatic/kafka')
+const [bootstrap, topic] = process.argv.slice(2)
+const admin = new Admin({ clientId: 'log-dirs-test', bootstrapBrokers: [bootstrap] })
+const described = await admin.describeLogDirs({ topics: [{ name: topic, partitions: [0, 1] }] })
+await admin.close()
+console.log(JSON.stringify(described, (_k, v) => (typeof v === 'bigint' ? Number(v) : v)))
+"""
+
+
+@pytest.fixture(scope="session")
+def platformatic(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with @platformatic/kafka installed by npm (skipped without Node.js)."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("Node.js and npm are needed")
+    where = tmp_path_factory.mktemp("npm")
+    done = subprocess.run(
+        ["npm", "install", "--silent", "--no-audit", "--no-fund", PLATFORMATIC],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    (where / "describe.mjs").write_text(DESCRIBE_JS)
+    return where
+
+
+def test_platformatic_kafka_describes_log_dirs(
+    broker_factory: Any, tmp_path: Path, platformatic: Path
+) -> None:
+    broker, first, second = _two_dirs(broker_factory, tmp_path)
+    broker.create_topic("node", 2)
+    _fill(broker, "node", 2, 40)
+    placed = _dirs_of("node", 2, [first, second])
+    done = subprocess.run(
+        ["node", "describe.mjs", broker.bootstrap(), "node"],
+        cwd=platformatic,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    (described,) = json.loads(done.stdout)
+    assert described["broker"] == broker.broker_id
+    seen = {
+        (d["logDir"], p["partitionIndex"]): p
+        for d in described["results"]
+        for t in d["topics"]
+        for p in t["partitions"]
+    }
+    for partition in range(2):
+        replica = broker.replica("node", partition)
+        assert replica is not None
+        found = seen[(str(placed[partition]), partition)]
+        assert (found["partitionSize"], found["offsetLag"]) == (replica.size_bytes, 0)
+    assert all(0 < d["usableBytes"] <= d["totalBytes"] for d in described["results"])
 
 
 def log_dirs(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
