@@ -15,18 +15,21 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.types import GroupId
+from kio.static.primitive import i8
 
 from kplane.protocol.errors import ErrorCode
-from kplane.testing.plugin import RunningBroker
+from kplane.testing.plugin import KafkaCluster, RunningBroker, free_port
 
 from .helpers import wait_until
 
 PARTITIONS = 6
-HEARTBEAT_MS = 200
+HEARTBEAT_MS = 500
 
 # Short intervals so a rebalance takes a few hundred milliseconds, not Kafka's seconds.
 CONSUMER_PROTOCOL = {
@@ -38,14 +41,17 @@ CONSUMER_PROTOCOL = {
 
 
 class LibrdkafkaLog(logging.Handler):
-    """librdkafka's log lines at warning and above (its own and the broker's errors)."""
+    """librdkafka's log lines at warning and above (its own and the broker's errors), but
+    for a connection refused while a broker restarts."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
+        line = record.getMessage()
+        if "Connection refused" not in line:
+            self.lines.append(line)
 
 
 @pytest.fixture
@@ -313,3 +319,105 @@ def test_a_classic_group_upgrades_to_the_consumer_protocol_keeping_its_offsets(
         assert describe(broker, group).group_state in ("Stable", "Reconciling")
     finally:
         new.leave()
+
+
+def test_group_state_survives_a_broker_restart(
+    broker_factory: Callable[..., RunningBroker], tmp_path: Any, rdkafka_log: LibrdkafkaLog
+) -> None:
+    """The member keeps heartbeating through the restart: the restarted broker knows it (same
+    member id, epoch and assignment from the stored state) and it goes on from its commits."""
+    settings = {
+        **CONSUMER_PROTOCOL,
+        "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
+        "log.dirs": str(tmp_path / "restarted"),
+        "kplane.log.storage": "file",
+    }
+    broker = broker_factory(settings)
+    topic, group = "kip848-restart", "g-restart"
+    broker.create_topic(topic, PARTITIONS)
+    produce(broker, topic, 10)
+    seen: list[Any] = []
+    member = Member(consumer_config(broker, group, "survivor"), [topic], seen).start()
+    try:
+        wait_until(lambda: len(seen) >= 60, 60, "the first records")
+        wait_until(lambda: describe(broker, group).group_state == "Stable", 30, "Stable")
+        before = describe(broker, group)
+        broker.stop()
+        broker = broker_factory(settings)
+        after = describe(broker, group)
+        assert after.group_epoch == before.group_epoch
+        assert [(m.member_id, m.member_epoch) for m in after.members] == [
+            (m.member_id, m.member_epoch) for m in before.members
+        ]
+        wait_until(
+            lambda: describe(broker, group).members[0].assignment.topic_partitions[0].topic_name,
+            30,
+            "the topic's metadata",
+        )
+        assert describe(broker, group).members[0].assignment == before.members[0].assignment
+        produce(broker, topic, 5, start=10)
+        wait_until(lambda: len(seen) >= 90, 60, "the records after the restart")
+        assert len(set(seen)) == len(seen), "a committed record was read again"
+        assert describe(broker, group).group_epoch == before.group_epoch
+    finally:
+        member.leave()
+
+
+def test_apis_are_advertised_only_with_the_consumer_protocol(
+    broker_factory: Callable[..., RunningBroker],
+) -> None:
+    def advertised(broker: RunningBroker) -> set[int]:
+        with broker.wire() as wire:
+            return {
+                k.api_key
+                for k in wire.request(
+                    ApiVersionsRequest(client_software_name="t", client_software_version="1")
+                ).api_keys
+            }
+
+    assert {68, 69} <= advertised(broker_factory())
+    classic_only = broker_factory({"group.coordinator.rebalance.protocols": "classic"})
+    assert not {68, 69} & advertised(classic_only)
+
+
+def test_the_group_goes_on_at_another_broker_when_its_coordinator_stops(
+    kafka_cluster: Callable[..., KafkaCluster], rdkafka_log: LibrdkafkaLog
+) -> None:
+    """On a ZooKeeper cluster: the coordinator's broker stops, the group's state is read from
+    ZooKeeper by the broker that takes it over, and the member goes on at its epoch."""
+    cluster = kafka_cluster(2, CONSUMER_PROTOCOL)
+    first = cluster.brokers[0]
+    topic, group = "kip848-moved", "g-moved"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 2)])[topic].result(30)
+    for broker in cluster.brokers:
+        broker.wait_for_partitions(topic, PARTITIONS)
+    produce(first, topic, 10)
+    seen: list[Any] = []
+    config = consumer_config(first, group, "mover")
+    config["bootstrap.servers"] = cluster.bootstrap_servers
+    member = Member(config, [topic], seen).start()
+    try:
+        wait_until(lambda: len(seen) >= 60, 60, "the first records")
+        with first.wire() as wire:
+            found = wire.request(FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group,)))
+        coordinator = cluster.broker(int(found.coordinators[0].node_id))
+        survivor = next(b for b in cluster.brokers if b is not coordinator)
+        wait_until(lambda: describe(coordinator, group).group_state == "Stable", 30, "Stable")
+        before = describe(coordinator, group)
+        coordinator.stop()
+        wait_until(
+            lambda: {p.leader for p in survivor.partitions(topic).values()} == {survivor.broker_id},
+            60,
+            "the survivor leading every partition",
+        )
+        produce(survivor, topic, 5, start=10)
+        wait_until(lambda: len(seen) >= 90, 90, "the records after the move")
+        after = describe(survivor, group)
+        assert after.group_epoch == before.group_epoch
+        assert [(m.member_id, m.member_epoch) for m in after.members] == [
+            (m.member_id, m.member_epoch) for m in before.members
+        ]
+        assert len(set(seen)) == len(seen), "a committed record was read again"
+    finally:
+        member.leave()

@@ -1,5 +1,5 @@
-"""KIP-848's pure parts: the server-side assignors, one member's reconciliation step, and the
-RE2J check of SubscribedTopicRegex."""
+"""KIP-848's pure parts: the server-side assignors, one member's reconciliation step, the
+RE2J check of SubscribedTopicRegex, and the start-up checks of the group settings."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ import uuid
 
 import pytest
 
+from kplane.broker.config.errors import ConfigException
+from kplane.broker.config.kafka_config import KafkaConfig
 from kplane.broker.group.assignor import MemberSubscription, TopicMetadata
 from kplane.broker.group.consumer_group import ConsumerGroupMember, MemberState
 from kplane.broker.group.current_assignment import reconcile
+from kplane.broker.group.group_config import group_config_from
 from kplane.broker.group.range_assignor import RangeAssignor
 from kplane.broker.group.topic_regex import InvalidRegex, compile_topic_regex
 from kplane.broker.group.uniform_assignor import UniformAssignor
@@ -111,3 +114,24 @@ def test_regex_matches_whole_names() -> None:
     pattern = compile_topic_regex("rx-.*")
     assert pattern.fullmatch("rx-1")
     assert not pattern.fullmatch("xrx-1")
+
+
+@pytest.mark.parametrize(
+    ("settings", "complaint"),
+    [
+        ({"group.consumer.heartbeat.interval.ms": "45000"}, "less than"),
+        ({"group.consumer.session.timeout.ms": "1000"}, "min.session"),
+        ({"group.consumer.heartbeat.interval.ms": "20000"}, "max.heartbeat"),
+        ({"group.consumer.assignors": "sticky"}, "unknown assignor sticky"),
+        ({"group.coordinator.rebalance.protocols": "consumer"}, "'classic'"),
+    ],
+)
+def test_group_settings_checked_at_start_up(settings: dict[str, str], complaint: str) -> None:
+    config = KafkaConfig.from_properties({"log.dirs": "/unused", **settings}, log_unused=False)
+    with pytest.raises(ConfigException, match=complaint):
+        group_config_from(config)
+
+
+def test_kafka_class_names_of_assignors_are_accepted() -> None:
+    config = KafkaConfig.from_properties({"log.dirs": "/unused"}, log_unused=False)
+    assert group_config_from(config).consumer_assignors == ("uniform", "range")

@@ -27,6 +27,7 @@ from kplane.broker.config.validators import (
     HostCounts,
     OneOf,
     Validator,
+    ValidList,
     at_least,
     between,
     invalid,
@@ -503,6 +504,11 @@ _DECLARED: tuple[ActedOn | ConfigDef, ...] = (
     ActedOn("group.consumer.assignors",
             "Server-side assignors of consumer-protocol groups, uniform and range (by name "
             "or Kafka's class name); the first is used when members name none."),
+    ConfigDef("group.coordinator.rebalance.protocols", T.LIST, ["classic", "consumer"],
+              "Group protocols served (Kafka 4's default): classic always; consumer serves "
+              "KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe (not advertised "
+              "without it); share is not served yet (said at start-up).", M, RO,
+              ValidList(("consumer", "classic", "share", "unknown"))),
     # Transactions and idempotence
     ActedOn("transactional.id.expiration.ms",
             "A transactional id without transaction updates for this long expires."),

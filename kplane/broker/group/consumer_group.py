@@ -165,6 +165,10 @@ class ConsumerGroup(Group):
     offsets: OffsetsByPartition = field(default_factory=dict)
     pending_txn_offsets: dict[int, OffsetsByPartition] = field(default_factory=dict)
     dead: bool = False
+    store_version: int = -1
+    """The version of the stored document this copy was read from or last wrote (-1: none)."""
+    stored: bytes | None = field(default=None, repr=False)
+    """That document, so a heartbeat that changed nothing writes nothing."""
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     timers: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
     """(kind, member id) -> the member's session or revocation timer task."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,11 @@ from kplane.broker.group.consumer_group import (
     ConsumerGroupMember,
     MemberState,
 )
+from kplane.broker.group.consumer_group_store import (
+    ConsumerGroupStore,
+    decode_group,
+    encode_group,
+)
 from kplane.broker.group.current_assignment import reconcile
 from kplane.broker.group.group_config import GroupConfig
 from kplane.broker.group.group_registry import GroupRegistry
@@ -39,6 +44,7 @@ from kplane.broker.group.range_assignor import RangeAssignor
 from kplane.broker.group.topic_regex import InvalidRegex, compile_topic_regex
 from kplane.broker.group.uniform_assignor import UniformAssignor
 from kplane.broker.metadata.cache import MetadataSnapshot
+from kplane.broker.metadata.store import BadVersionError, NodeExistsError, StoreError
 from kplane.broker.utils.timer import SystemTimer
 from kplane.protocol.errors import ErrorCode, KafkaError
 
@@ -86,9 +92,12 @@ class HeartbeatResult:
 class ConsumerGroupProtocol:
     """The consumer groups' membership: heartbeats, leaves, target assignments, timers.
 
-    ``topics()`` is the current metadata; ``session_timeout_ms(group_id)`` and
-    ``heartbeat_interval_ms(group_id)`` give a group's settings (its own configs or the
-    broker's); ``persist(group)`` makes a group's state durable before an answer.
+    ``topics()`` is the current metadata, which serves once it holds every topic of
+    ``stored_topics()`` (after a start-up the controller's metadata comes in steps, and a
+    group must not take a topic not yet known for a deleted one).
+    ``session_timeout_ms(group_id)`` and ``heartbeat_interval_ms(group_id)`` give a group's
+    settings (its own configs or the broker's); ``store`` keeps each group's state, written
+    before a heartbeat is answered.
     """
 
     def __init__(
@@ -98,17 +107,20 @@ class ConsumerGroupProtocol:
         groups: GroupRegistry,
         topics: Callable[[], MetadataSnapshot],
         *,
+        stored_topics: Callable[[], Iterable[str]],
         session_timeout_ms: Callable[[str], int],
         heartbeat_interval_ms: Callable[[str], int],
-        persist: Callable[[ConsumerGroup], None],
+        store: ConsumerGroupStore | None,
     ) -> None:
         self.config = config
         self._timer = timer
         self.groups = groups
         self._topics = topics
+        self._stored_topics = stored_topics
+        self._caught_up = False
         self._session_timeout_ms = session_timeout_ms
         self._heartbeat_interval_ms = heartbeat_interval_ms
-        self._persist = persist
+        self._store = store
         self._assignors = {name: ASSIGNORS[name]() for name in config.consumer_assignors}
 
     # -- the request ------------------------------------------------------------------
@@ -174,6 +186,8 @@ class ConsumerGroupProtocol:
         """The consumer group ``group_id``; created when ``create`` (an empty classic group
         becomes one, keeping its offsets); else GROUP_ID_NOT_FOUND."""
         group = self.groups.get(group_id)
+        if group is None:
+            group = self._load(group_id)
         if isinstance(group, ConsumerGroup) and not group.is_dead:
             return group
         if group is None and create:
@@ -266,7 +280,22 @@ class ConsumerGroupProtocol:
 
     # -- join and heartbeat -------------------------------------------------------------
 
+    def _snapshot(self) -> MetadataSnapshot:
+        """The metadata, once caught up with the stored topics; else
+        COORDINATOR_LOAD_IN_PROGRESS (the member retries)."""
+        snapshot = self._topics()
+        if not self._caught_up:
+            missing = set(self._stored_topics()) - set(snapshot.topics)
+            if missing:
+                raise KafkaError(
+                    ErrorCode.coordinator_load_in_progress,
+                    f"the metadata of {len(missing)} topics has not arrived yet",
+                )
+            self._caught_up = True
+        return snapshot
+
     def _join_or_heartbeat(self, req: ConsumerGroupHeartbeat) -> HeartbeatResult:
+        snapshot = self._snapshot()
         group = self._group(req.group_id, create=req.member_epoch == 0)
         with group.lock:
             if group.is_dead:
@@ -310,7 +339,6 @@ class ConsumerGroupProtocol:
             )
             bump = joined or _subscription(updated) != _subscription(member)
             group.update_member(updated)
-            snapshot = self._topics()
             fingerprint = _fingerprint(group, snapshot)
             if fingerprint != group.subscription_fingerprint:
                 group.subscription_fingerprint = fingerprint
@@ -439,6 +467,74 @@ class ConsumerGroupProtocol:
             reason=reason,
         )
 
+    # -- the store ----------------------------------------------------------------------
+
+    def load_all(self) -> list[ConsumerGroup]:
+        """At start-up: every stored consumer group, registered, its members given a fresh
+        session (those that do not come back are fenced when it expires)."""
+        if self._store is None:
+            return []
+        loaded = [g for gid in self._store.consumer_group_ids() if (g := self._load(gid))]
+        for group in loaded:
+            with group.lock:
+                for member in list(group.members.values()):
+                    self._schedule_timers(group, member, member)
+        return loaded
+
+    def _load(self, group_id: str) -> ConsumerGroup | None:
+        """The group as stored (a coordinator taking it over), registered; None if none."""
+        if self._store is None:
+            return None
+        try:
+            found = self._store.read_consumer_group(group_id)
+        except StoreError as exc:
+            raise KafkaError(
+                ErrorCode.coordinator_load_in_progress, f"consumer group unreadable: {exc}"
+            ) from exc
+        group = decode_group(group_id, *found) if found is not None else None
+        if group is None:
+            return None
+        registered = self.groups.get_or_create(group_id, lambda _gid: group)
+        if registered is group:
+            log.info(
+                "consumer group loaded",
+                group=group_id,
+                group_epoch=group.group_epoch,
+                members=len(group.members),
+            )
+        return registered if isinstance(registered, ConsumerGroup) else None
+
+    def _persist(self, group: ConsumerGroup) -> None:
+        """Store the group's state if it changed (the caller holds its lock).
+        NOT_COORDINATOR when another coordinator wrote it since (this copy is dropped);
+        COORDINATOR_NOT_AVAILABLE when the store fails."""
+        if self._store is None:
+            return
+        data = encode_group(group)
+        if data == group.stored:
+            return
+        try:
+            group.store_version = self._store.write_consumer_group(
+                group.group_id, data, group.store_version
+            )
+        except (BadVersionError, NodeExistsError) as exc:
+            self.shutdown(group)
+            group.mark_dead()
+            self.groups.remove(group)
+            raise KafkaError(
+                ErrorCode.not_coordinator, "another coordinator wrote the group's state"
+            ) from exc
+        except StoreError as exc:
+            raise KafkaError(
+                ErrorCode.coordinator_not_available, f"consumer group state not stored: {exc}"
+            ) from exc
+        group.stored = data
+
+    def forget(self, group: ConsumerGroup) -> None:
+        """The group was deleted: its stored state goes too."""
+        if self._store is not None:
+            self._store.delete_consumer_group(group.group_id)
+
     # -- timers -----------------------------------------------------------------------
 
     def _schedule_timers(
@@ -476,7 +572,10 @@ class ConsumerGroupProtocol:
                     return
                 del group.timers[key]
                 if member_id in group.members and not group.is_dead:
-                    self._fence(group, member_id, reason)
+                    try:
+                        self._fence(group, member_id, reason)
+                    except KafkaError as exc:
+                        log.warning("member not fenced", group=group.group_id, reason=exc.message)
 
         task = self._timer.schedule(delay_ms, expire)
         group.timers[key] = task
@@ -490,12 +589,6 @@ class ConsumerGroupProtocol:
     def _cancel_timers(self, group: ConsumerGroup, member_id: str) -> None:
         for kind in (_SESSION, _REVOCATION):
             self._cancel_timer(group, kind, member_id)
-
-    def resume(self, group: ConsumerGroup) -> None:
-        """A group loaded from the store: its members get a fresh session."""
-        with group.lock:
-            for member in list(group.members.values()):
-                self._schedule_timers(group, member, member)
 
     def shutdown(self, group: ConsumerGroup) -> None:
         """Cancel ``group``'s timers."""

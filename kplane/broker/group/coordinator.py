@@ -23,6 +23,7 @@ from kplane.broker.group.classic_group import (
 )
 from kplane.broker.group.classic_protocol import ClassicGroupProtocol
 from kplane.broker.group.consumer_group import ConsumerGroup, ConsumerGroupDescription
+from kplane.broker.group.consumer_group_store import ConsumerGroupStore
 from kplane.broker.group.consumer_protocol import ConsumerGroupProtocol
 from kplane.broker.group.group import (
     Group,
@@ -52,7 +53,9 @@ class GroupCoordinator:
 
     ``partition_exists(topic, partition)`` tells whether a partition exists, for offset
     commits and deletes; ``topics()`` is the cluster's metadata, which consumer groups
-    subscribe to.
+    subscribe to (``stored_topics()``: the topics the metadata store holds, which
+    ``topics()`` must have caught up with). ``offset_store`` keeps committed offsets,
+    ``group_store`` consumer groups' state.
     """
 
     def __init__(
@@ -63,6 +66,8 @@ class GroupCoordinator:
         offset_store: OffsetStore | None = None,
         *,
         topics: Callable[[], MetadataSnapshot] = lambda: MetadataSnapshot("", -1),
+        stored_topics: Callable[[], Iterable[str]] = list,
+        group_store: ConsumerGroupStore | None = None,
     ) -> None:
         self.config = config
         self.groups = GroupRegistry()
@@ -72,15 +77,19 @@ class GroupCoordinator:
             timer,
             self.groups,
             topics,
+            stored_topics=stored_topics,
             session_timeout_ms=lambda _group_id: config.consumer_session_timeout_ms,
             heartbeat_interval_ms=lambda _group_id: config.consumer_heartbeat_interval_ms,
-            persist=lambda _group: None,
+            store=group_store,
         )
+        consumer_groups = self.consumer.load_all()
+        if consumer_groups:
+            log.info("consumer groups loaded", groups=len(consumer_groups))
         self._offsets = OffsetManager(
             timer,
             partition_exists,
             self.groups.all,
-            self.groups.remove,
+            self._expired_group,
             retention_ms=config.offsets_retention_ms,
             retention_check_interval_ms=config.offsets_retention_check_interval_ms,
             metadata_max_bytes=config.offset_metadata_max_bytes,
@@ -98,6 +107,12 @@ class GroupCoordinator:
         return self.groups.get_or_create(
             group_id, lambda gid: ClassicGroup(gid, state_timestamp_ms=now_ms())
         )
+
+    def _expired_group(self, group: Group) -> None:
+        """Offset expiry left ``group`` empty with no offsets: it goes, with its state."""
+        self.groups.remove(group)
+        if isinstance(group, ConsumerGroup):
+            self.consumer.forget(group)
 
     def group_ids(self) -> list[str]:
         return self.groups.ids()
@@ -313,9 +328,7 @@ class GroupCoordinator:
                     out.append(group.describe())
             self.groups.defer(callback, out)
 
-    def describe_consumer_groups(
-        self, group_ids: Sequence[str]
-    ) -> list[ConsumerGroupDescription]:
+    def describe_consumer_groups(self, group_ids: Sequence[str]) -> list[ConsumerGroupDescription]:
         """ConsumerGroupDescribe; GROUP_ID_NOT_FOUND for an unknown group or one of another
         type."""
         out = []
@@ -362,6 +375,7 @@ class GroupCoordinator:
                         self.classic.shutdown(group)
                     elif isinstance(group, ConsumerGroup):
                         self.consumer.shutdown(group)
+                        self.consumer.forget(group)
                     self.groups.remove(group)
                     out[group_id] = ErrorCode.none
                     log.info("deleted group", group=group_id)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import structlog
+
 from kplane.broker.config.errors import ConfigException
 from kplane.broker.config.kafka_config import KafkaConfig
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,8 @@ class GroupConfig:
     consumer_max_size: int = 2**31 - 1
     consumer_assignors: tuple[str, ...] = ("uniform", "range")
     """Server-side assignors by name; the first is the default."""
+    consumer_protocol: bool = True
+    """Whether the consumer protocol is served (group.coordinator.rebalance.protocols)."""
 
 
 _ASSIGNOR_CLASSES = {"UniformAssignor": "uniform", "RangeAssignor": "range"}
@@ -57,6 +63,14 @@ def group_config_from(config: KafkaConfig) -> GroupConfig:
             "group.consumer.heartbeat.interval.ms must be less than "
             "group.consumer.session.timeout.ms"
         )
+    protocols = set(config.get("group.coordinator.rebalance.protocols") or ())
+    if "classic" not in protocols:
+        raise ConfigException(
+            "group.coordinator.rebalance.protocols: disabling the 'classic' protocol is not "
+            "supported"
+        )
+    for unserved in sorted(protocols - {"classic", "consumer"}):
+        log.warning("group protocol not served", protocol=unserved)
     assignors = tuple(_assignor_name(a) for a in config.get("group.consumer.assignors") or ())
     unknown = [a for a in assignors if a not in _ASSIGNOR_CLASSES.values()]
     if unknown or not assignors:
@@ -74,4 +88,5 @@ def group_config_from(config: KafkaConfig) -> GroupConfig:
         consumer_heartbeat_interval_ms=interval,
         consumer_max_size=config.get_int("group.consumer.max.size"),
         consumer_assignors=assignors,
+        consumer_protocol="consumer" in protocols,
     )

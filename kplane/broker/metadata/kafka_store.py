@@ -677,6 +677,44 @@ class KafkaMetadataClient:
                 self.store.delete(_pending_path(group_id, producer_id))
 
 
+    # consumer groups (KIP-848) ----------------------------------------------------------
+    # kplane's layout (Kafka keeps these in __consumer_offsets): one document per group at
+    # /consumer_groups/<group>, written conditionally on the version read.
+    def read_consumer_group(self, group_id: str) -> tuple[bytes, int] | None:
+        """A consumer group's stored state and its version, or None."""
+        try:
+            data, stat = self.store.get(_consumer_group_path(group_id))
+        except NoNodeError:
+            return None
+        return data, stat.version
+
+    def write_consumer_group(self, group_id: str, data: bytes, version: int) -> int:
+        """Store a consumer group's state if the stored version is still ``version`` (-1:
+        none is stored yet); returns the new version. BadVersionError or NodeExistsError
+        when another coordinator wrote it since."""
+        path = _consumer_group_path(group_id)
+        if version < 0:
+            self.store.create(path, data, makepath=True)
+            return 0
+        return self.store.set(path, data, version=version).version
+
+    def delete_consumer_group(self, group_id: str) -> None:
+        """Remove a consumer group's state (gone already: nothing to do)."""
+        with contextlib.suppress(NoNodeError):
+            self.store.delete(_consumer_group_path(group_id))
+
+    def consumer_group_ids(self) -> list[str]:
+        """Every consumer group with stored state."""
+        try:
+            return sorted(unquote(n) for n in self.store.get_children("/consumer_groups"))
+        except NoNodeError:
+            return []
+
+
+def _consumer_group_path(group_id: str) -> str:
+    return f"/consumer_groups/{_group_node(group_id)}"
+
+
 def _partition_state_path(topic: str, partition: int) -> str:
     return f"/brokers/topics/{topic}/partitions/{partition}/state"
 

@@ -244,6 +244,8 @@ class KafkaServer:
             self._partition_exists,
             self.client,
             topics=lambda: self.cache.snapshot,
+            stored_topics=self.client.get_topics,
+            group_store=self.client,
         )
         self.lifecycle.on_shutdown("stop group coordinator", self.group_coordinator.shutdown)
         self._start_transaction_coordinator(config)
@@ -550,8 +552,16 @@ class KafkaServer:
                 topic_id_of=self._topic_id,
                 owns=self._owns_group,
             ),
-            ConsumerGroupApis(
-                self.group_coordinator, topic_name_of=self.cache.topic_name, owns=self._owns_group
+            *(
+                [
+                    ConsumerGroupApis(
+                        self.group_coordinator,
+                        topic_name_of=self.cache.topic_name,
+                        owns=self._owns_group,
+                    )
+                ]
+                if self.group_coordinator.config.consumer_protocol
+                else []
             ),
         ]
 
