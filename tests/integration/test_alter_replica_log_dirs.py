@@ -195,6 +195,14 @@ def test_a_move_cut_short_by_a_stop_resumes(broker_factory: Any, tmp_path: Path)
     produce_all(producer, "resumed", [{"value": v} for v in more], 1)
     assert _read_all(again, "resumed", len(values) + 10) == values + more
 
+    # A stop between the swap's two renames (the current dir renamed -delete, the future
+    # dir not yet renamed) leaves only the whole future log: the next start takes it.
+    again.stop()
+    (target / "resumed-0").rename(target / f"resumed-0.{'f' * 32}-future")
+    third = _start(broker_factory, dirs)
+    assert set(_replica_dirs(third, "resumed")) == {(str(target), False)}
+    assert _read_all(third, "resumed", len(values) + 10) == values + more
+
 
 def test_kafka_errors(broker_factory: Any, tmp_path: Path) -> None:
     dirs = (tmp_path / "disk-a", tmp_path / "disk-b")

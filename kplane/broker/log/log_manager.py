@@ -245,10 +245,20 @@ class LogManager:
     def _load_future(
         self, tp: TopicPartition, path: Path, log_dir: LogDir, kwargs: dict[str, Any]
     ) -> None:
-        """Resume a move a stop cut short; a future log whose current log is gone goes."""
+        """Resume a move a stop cut short. Without a current log (a stop between the swap's
+        renames) the future log is the log; a second future log of the partition, or one in
+        its current log's dir, goes."""
         partition = self._partitions.get(tp)
-        if partition is None or self._dirs_of.get(tp) is log_dir or tp in self._futures:
-            log.warning("future log without a current log elsewhere removed", log_dir=str(path))
+        if partition is None:
+            final = log_dir.path / str(tp)
+            path.rename(final)
+            fsync_dir(log_dir.path)
+            log.info("moved replica's swap completed", partition=str(tp), log_dir=str(final))
+            self._partitions[tp] = Partition(tp, self._file_log(tp, final, **kwargs))
+            self._dirs_of[tp] = log_dir
+            return
+        if self._dirs_of.get(tp) is log_dir or tp in self._futures:
+            log.warning("future log left over removed", log_dir=str(path))
             shutil.rmtree(path, ignore_errors=True)
             return
         future = self._file_log(tp, path, lock=partition.log.lock, **kwargs)
@@ -479,8 +489,9 @@ class LogManager:
     def replace_current_with_future(self, tp: TopicPartition) -> None:
         """Kafka's replaceCurrentWithFutureLog: the future log (as long as the current one,
         the caller holding their shared lock) becomes ``tp``'s log under its final name in
-        the target dir, and the current log's directory is renamed ``-delete`` and removed
-        in the background; the checkpoints follow."""
+        the target dir, and the current log's directory, renamed ``-delete`` first, is
+        removed in the background; the checkpoints follow. A stop between the two renames
+        leaves only the future dir, which the next start takes as the log."""
         with self._lock:
             partition = self._partitions.get(tp)
             future = self._futures.pop(tp, None)
@@ -491,15 +502,20 @@ class LogManager:
         assert isinstance(current, FileLog)
         end, start = future.log.log_end_offset, current.log_start_offset
         epochs = current.leader_epochs.entries
-        try:
-            future.log.close()
-            final = target.path / str(tp)
-            future.log.directory.rename(final)
-            fsync_dir(target.path)
-        except OSError as exc:
-            failed = str(target.path)
-            self.log_dir_failures.maybe_add_offline_log_dir(failed, f"swap in {tp}", exc)
-            raise KafkaStorageError(f"the future log of {tp} cannot be swapped in") from None
+        future.log.close()  # flushed: the future dir holds every record from here on
+        doomed = source.path / special_dir_name(tp.topic, tp.partition, DELETE_SUFFIX)
+        final = target.path / str(tp)
+        for log_dir, rename in (
+            (source, lambda: current.directory.rename(doomed)),
+            (target, lambda: future.log.directory.rename(final)),
+        ):
+            try:
+                rename()
+                fsync_dir(log_dir.path)
+            except OSError as exc:
+                failed = str(log_dir.path)
+                self.log_dir_failures.maybe_add_offline_log_dir(failed, f"swap in {tp}", exc)
+                raise KafkaStorageError(f"the future log of {tp} cannot be swapped in") from None
         swapped = self._file_log(
             tp, final, recovery_point=end, log_start_offset=start, lock=current.lock
         )
@@ -509,8 +525,12 @@ class LogManager:
         with self._lock:
             partition.log = swapped
             self._dirs_of[tp] = target
-        current.close()
-        self._delete_dir(tp, current, source)
+        current.close_handlers()  # its records are in the swapped log; reads under way finish
+        self._later(
+            "delete-log",
+            lambda: shutil.rmtree(doomed, ignore_errors=True),
+            self.config.file_delete_delay_ms,
+        )
         with self._cleaner_offsets_lock:
             moved = self._cleaner_offsets.get(id(source), {}).pop((tp.topic, tp.partition), None)
             if moved is not None:
