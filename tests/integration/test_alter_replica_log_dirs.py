@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import shutil
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import (
@@ -30,7 +31,7 @@ from kafka.errors import (
     ReplicaNotAvailableError,
 )
 
-from kplane.testing.plugin import RunningBroker
+from kplane.testing.plugin import BrokerProcess, RunningBroker
 from tests.integration.helpers import (
     produce_all,
     read_from_beginning,
@@ -42,11 +43,31 @@ RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 VALUE = b"x" * 1000
 
 
+class _Broker(Protocol):
+    """What the helpers use of a broker: an in-process one, or :class:`_Served`."""
+
+    @property
+    def broker_id(self) -> int: ...
+
+    def bootstrap(self) -> str: ...
+
+
+@dataclass
+class _Served:
+    """A ``kplane serve`` process (broker 0) as the helpers use a broker."""
+
+    handle: BrokerProcess
+    broker_id: int = 0
+
+    def bootstrap(self) -> str:
+        return self.handle.bootstrap
+
+
 def _start(broker_factory: Any, dirs: tuple[Path, Path]) -> RunningBroker:
     return broker_factory({"kplane.log.storage": "file", "log.dirs": ",".join(map(str, dirs))})
 
 
-def _throttle(broker: RunningBroker, rate: int | None) -> None:
+def _throttle(broker: _Broker, rate: int | None) -> None:
     """Set (or, with None, delete) this broker's copy rate limit, dynamically."""
     op = AlterConfigOpType.DELETE if rate is None else AlterConfigOpType.SET
     entry = ConfigEntry(RATE, "" if rate is None else str(rate), incremental_operation=op)
@@ -58,14 +79,14 @@ def _throttle(broker: RunningBroker, rate: int | None) -> None:
     future.result(timeout=15)
 
 
-def _fill(broker: RunningBroker, topic: str, count: int) -> list[bytes]:
+def _fill(broker: _Broker, topic: str, count: int) -> list[bytes]:
     producer = Producer({"bootstrap.servers": broker.bootstrap(), "linger.ms": 5})
     values = [b"%d:" % i + VALUE for i in range(count)]
     produce_all(producer, topic, [{"value": v} for v in values], 1)
     return values
 
 
-def _replica_dirs(broker: RunningBroker, topic: str) -> dict[tuple[str, bool], int]:
+def _replica_dirs(broker: _Broker, topic: str) -> dict[tuple[str, bool], int]:
     """(log dir, is future) -> offset lag of ``topic``-0's logs, from DescribeLogDirs."""
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap())
     try:
@@ -80,7 +101,7 @@ def _replica_dirs(broker: RunningBroker, topic: str) -> dict[tuple[str, bool], i
     }
 
 
-def _move(broker: RunningBroker, topic: str, target: Path) -> Any:
+def _move(broker: _Broker, topic: str, target: Path) -> Any:
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap())
     try:
         replica = TopicPartitionReplica(topic, 0, broker.broker_id)
@@ -89,7 +110,7 @@ def _move(broker: RunningBroker, topic: str, target: Path) -> Any:
         admin.close()
 
 
-def _read_all(broker: RunningBroker, topic: str, count: int) -> list[bytes]:
+def _read_all(broker: _Broker, topic: str, count: int) -> list[bytes]:
     got = read_from_beginning(
         broker.bootstrap(), "check", topic, {0: count}, batch=1000, timeout=60
     )
@@ -267,3 +288,31 @@ def test_memory_storage_and_the_cluster_acl(broker_factory: Any) -> None:
     finally:
         alice.close()
     assert answer == {replica: ClusterAuthorizationFailedError}
+
+
+def test_a_move_survives_a_killed_broker(broker_process: Any, tmp_path: Path) -> None:
+    dirs = (tmp_path / "disk-a", tmp_path / "disk-b")
+    serve = [f"log.dirs={dirs[0]},{dirs[1]}", "num.partitions=1"]
+    first = _Served(broker_process(None, *serve))
+    values = _fill(first, "killed", 3000)  # auto-created; 3 MB to copy
+    source, target = _source_and_target(dirs, "killed")
+    _throttle(first, 1)
+    assert _move(first, "killed", target) is NoError
+    wait_until(
+        lambda: _replica_dirs(first, "killed").get((str(target), True)),
+        what="the future log copying",
+    )
+    first.handle.kill()  # no clean stop: the future log is recovered as the current one is
+
+    again = _Served(broker_process(None, *serve))
+    wait_until(
+        lambda: (str(target), True) in _replica_dirs(again, "killed"), what="the move resumed"
+    )
+    _throttle(again, None)
+    wait_until(
+        lambda: set(_replica_dirs(again, "killed")) == {(str(target), False)},
+        what="the resumed move done",
+    )
+    assert _read_all(again, "killed", len(values)) == values
+    assert not (source / "killed-0").exists()
+    assert "Traceback" not in again.handle.log_text()
