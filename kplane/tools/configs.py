@@ -1,12 +1,14 @@
-"""``kplane configs``: describe and alter broker and topic configs, as ``kafka-configs.sh``.
+"""``kplane configs``: describe and alter broker, topic and group configs, as
+``kafka-configs.sh``.
 
 The options, the checks of the command line and the output follow Apache Kafka's
-ConfigCommand with ``--bootstrap-server`` (KIP-226) for the entity types ``brokers`` and
-``topics``::
+ConfigCommand with ``--bootstrap-server`` (KIP-226) for the entity types ``brokers``,
+``topics`` and ``groups`` (KIP-848's ``consumer.*``, KIP-932's ``share.*``)::
 
     kplane configs --bootstrap-server H:P --entity-type brokers --entity-name 0 --describe
     kplane configs --bootstrap-server H:P --broker-defaults --alter --add-config 'k=v,l=[a,b]'
     kplane configs --bootstrap-server H:P --topic T --alter --delete-config k1,k2
+    kplane configs --bootstrap-server H:P --entity-type groups --entity-name G --describe
 
 Changes go through IncrementalAlterConfigs (deletions, then SETs), descriptions through
 DescribeConfigs with synonyms. A refused command line or change prints one line on stderr
@@ -34,6 +36,7 @@ from kplane.client.admin import (
     ScramDeletion,
     ScramUpsertion,
 )
+from kplane.client.group_admin import GroupAdmin
 from kplane.common.network.config import ClientConfig
 from kplane.protocol.errors import ErrorCode, KafkaError
 from kplane.protocol.topic_names import validate_topic_name
@@ -49,7 +52,13 @@ from kplane.tools.scram import mechanism
 BROKERS = "brokers"
 TOPICS = "topics"
 USERS = "users"
-ENTITY_TYPES = (TOPICS, BROKERS, USERS)
+GROUPS = "groups"
+ENTITY_TYPES = (TOPICS, BROKERS, USERS, GROUPS)
+_RESOURCE_TYPES = {
+    TOPICS: ConfigResourceType.TOPIC,
+    BROKERS: ConfigResourceType.BROKER,
+    GROUPS: ConfigResourceType.GROUP,
+}
 DEFAULT_BROKER = ""  # the resource name of the cluster-wide broker default
 
 _FORMAT_ERROR = (
@@ -79,8 +88,7 @@ class Entity:
     name: str | None
 
     def resource(self, name: str) -> ConfigResource:
-        kind = ConfigResourceType.TOPIC if self.type == TOPICS else ConfigResourceType.BROKER
-        return ConfigResource(kind, name)
+        return ConfigResource(_RESOURCE_TYPES[self.type], name)
 
 
 @dataclass(frozen=True)
@@ -99,8 +107,8 @@ def add_parser(sub: Any) -> None:
     """Register the ``configs`` subcommand."""
     p = sub.add_parser(
         "configs",
-        help="describe and alter broker and topic configs (kafka-configs.sh)",
-        description="Add/remove entity config for a topic or broker, or describe it "
+        help="describe and alter broker, topic and group configs (kafka-configs.sh)",
+        description="Add/remove entity config for a topic, broker or group, or describe it "
         "(kafka-configs.sh with --bootstrap-server).",
     )
     add_connection_args(p)
@@ -110,15 +118,16 @@ def add_parser(sub: Any) -> None:
         "--all", action="store_true", help="with --describe: every config, not only dynamic ones"
     )
     p.add_argument(
-        "--entity-type", action="append", help="type of entity (topics/brokers/users)"
+        "--entity-type", action="append", help="type of entity (topics/brokers/users/groups)"
     )
-    p.add_argument("--entity-name", help="name of entity (topic name/broker id/user)")
+    p.add_argument("--entity-name", help="name of entity (topic name/broker id/user/group)")
     p.add_argument(
         "--entity-default", action="store_true", help="the cluster-wide default of brokers"
     )
     p.add_argument("--topic", help="the topic's name (--entity-type topics --entity-name)")
     p.add_argument("--broker", help="the broker's id (--entity-type brokers --entity-name)")
     p.add_argument("--user", help="the user (--entity-type users --entity-name)")
+    p.add_argument("--group", help="the group (--entity-type groups --entity-name)")
     p.add_argument(
         "--broker-defaults",
         action="store_true",
@@ -219,6 +228,8 @@ def _entity_types(args: argparse.Namespace) -> list[str]:
         types.append(BROKERS)
     if args.user is not None:
         types.append(USERS)
+    if args.group is not None:
+        types.append(GROUPS)
     return types
 
 
@@ -242,6 +253,7 @@ def _entity(args: argparse.Namespace, action: str) -> Entity:
         args.topic is not None
         or args.broker is not None
         or args.user is not None
+        or args.group is not None
         or args.broker_defaults
     )
     if generic and flags:
@@ -259,7 +271,7 @@ def _entity(args: argparse.Namespace, action: str) -> Entity:
 def _entity_name(args: argparse.Namespace) -> str | None:
     if args.entity_default or args.broker_defaults:
         return DEFAULT_BROKER
-    for name in (args.entity_name, args.topic, args.broker, args.user):
+    for name in (args.entity_name, args.topic, args.broker, args.user, args.group):
         if name is not None:
             return str(name)
     return None
@@ -271,6 +283,12 @@ def _check_name(entity: Entity, action: str) -> None:
             raise UsageError("--entity-default of users (client quotas) is not supported")
         if entity.name is None and action == "alter":
             raise UsageError("an entity name must be specified with --alter of users")
+        return
+    if entity.type == GROUPS:
+        if entity.name == DEFAULT_BROKER:
+            raise UsageError("--entity-default is only supported for --entity-type brokers")
+        if entity.name is None and action == "alter":
+            raise UsageError("an entity name must be specified with --alter of groups")
         return
     if entity.type == TOPICS:
         if entity.name == DEFAULT_BROKER:
@@ -328,6 +346,8 @@ def dynamic_source(entity_type: str, name: str) -> int:
     """The source of the configs set on this entity itself."""
     if entity_type == TOPICS:
         return int(ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    if entity_type == GROUPS:
+        return int(ConfigSource.GROUP_CONFIG)
     if name == DEFAULT_BROKER:
         return int(ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
     return int(ConfigSource.DYNAMIC_BROKER_CONFIG)
@@ -499,7 +519,10 @@ async def _describe(admin: Admin, command: Command) -> int:
 
 
 async def _every_entity(admin: Admin, entity_type: str) -> list[str]:
-    """Every topic (internal ones too), or every broker then the cluster default."""
+    """Every topic (internal ones too), every group, or every broker then the cluster
+    default."""
+    if entity_type == GROUPS:
+        return [g.group_id for g in await GroupAdmin(admin).list_groups()]
     if entity_type == BROKERS:
         cluster = await admin.client.refresh_metadata()
         return [str(b) for b in sorted(cluster.brokers)] + [DEFAULT_BROKER]

@@ -251,3 +251,25 @@ def test_kplane_configs_command(broker: RunningBroker) -> None:
     refused = subprocess.run([*base, "--alter"], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 1
     assert refused.stderr.startswith("At least one of --add-config")
+
+
+def test_group_alter_and_describe(tool: Tool) -> None:
+    assert tool.ok(
+        "--group", "cli-group", "--alter",
+        "--add-config", "consumer.session.timeout.ms=50000,share.auto.offset.reset=earliest",
+    ) == ["Completed updating config for group cli-group."]  # fmt: skip
+    entries = tool.entries("--entity-type", "groups", "--entity-name", "cli-group")
+    assert entries == {
+        "consumer.session.timeout.ms": "  consumer.session.timeout.ms=50000 sensitive=false "
+        "synonyms={DYNAMIC_GROUP_CONFIG:consumer.session.timeout.ms=50000}",
+        "share.auto.offset.reset": "  share.auto.offset.reset=earliest sensitive=false "
+        "synonyms={DYNAMIC_GROUP_CONFIG:share.auto.offset.reset=earliest}",
+    }
+    every = tool.ok("--group", "cli-group", "--describe", "--all")
+    assert every[0] == "All configs for group cli-group are:"
+    assert "  share.isolation.level=read_uncommitted" in " ".join(every)
+    code, _out, err = tool(
+        "--group", "cli-group", "--alter", "--add-config", "consumer.session.timeout.ms=10"
+    )
+    assert code == 1
+    assert "consumer.session.timeout.ms must be greater than or equal to" in err

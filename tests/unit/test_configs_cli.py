@@ -170,7 +170,7 @@ def test_add_config_file(tmp_path: Path) -> None:
         (
             ["--entity-type", "clients", "--entity-name", "u", "--describe"],
             "Invalid entity type clients, the entity type must be one of topics, brokers, "
-            "users with a --bootstrap-server argument",
+            "users, groups with a --bootstrap-server argument",
         ),
         (
             ["--entity-type", "brokers", "--entity-type", "brokers", "--describe"],

@@ -33,6 +33,7 @@ from kplane.broker.group.group import (
     now_ms,
 )
 from kplane.broker.group.group_config import GroupConfig
+from kplane.broker.group.group_configs import GroupConfigManager
 from kplane.broker.group.group_registry import GroupRegistry
 from kplane.broker.group.offset_manager import (
     OffsetDeleteResult,
@@ -55,7 +56,7 @@ class GroupCoordinator:
     commits and deletes; ``topics()`` is the cluster's metadata, which consumer groups
     subscribe to (``stored_topics()``: the topics the metadata store holds, which
     ``topics()`` must have caught up with). ``offset_store`` keeps committed offsets,
-    ``group_store`` consumer groups' state.
+    ``group_store`` consumer groups' state; ``group_configs`` each group's own settings.
     """
 
     def __init__(
@@ -68,18 +69,24 @@ class GroupCoordinator:
         topics: Callable[[], MetadataSnapshot] = lambda: MetadataSnapshot("", -1),
         stored_topics: Callable[[], Iterable[str]] = list,
         group_store: ConsumerGroupStore | None = None,
+        group_configs: GroupConfigManager | None = None,
     ) -> None:
         self.config = config
         self.groups = GroupRegistry()
         self.classic = ClassicGroupProtocol(config, timer, self.groups)
+        configs = group_configs or GroupConfigManager(None)
         self.consumer = ConsumerGroupProtocol(
             config,
             timer,
             self.groups,
             topics,
             stored_topics=stored_topics,
-            session_timeout_ms=lambda _group_id: config.consumer_session_timeout_ms,
-            heartbeat_interval_ms=lambda _group_id: config.consumer_heartbeat_interval_ms,
+            session_timeout_ms=lambda group_id: configs.get_int(
+                group_id, "consumer.session.timeout.ms", config.consumer_session_timeout_ms
+            ),
+            heartbeat_interval_ms=lambda group_id: configs.get_int(
+                group_id, "consumer.heartbeat.interval.ms", config.consumer_heartbeat_interval_ms
+            ),
             store=group_store,
         )
         consumer_groups = self.consumer.load_all()

@@ -1,7 +1,9 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for brokers and topics (KIP-226).
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for brokers and topics (KIP-226),
+and groups (KIP-848, KIP-932).
 
 A broker resource is ``"<id>"`` (that broker's dynamic configs) or ``""`` (the cluster
-default); a topic resource is the topic's overrides at ``/config/topics/<name>``. Invalid
+default); a topic resource is the topic's overrides at ``/config/topics/<name>``; a group
+resource (type 32) the group's configs at ``/config/groups/<group>``. Invalid
 changes answer INVALID_CONFIG with a message that says what to do instead; nothing of a
 refused resource is stored.
 """
@@ -21,9 +23,20 @@ from kplane.broker.config.errors import ConfigException
 from kplane.broker.config.listener_key import base_name
 from kplane.broker.config.listeners import listener_names, normalise
 from kplane.broker.config.topic_configs import TOPIC_CONFIGS, validate_topic_configs
+from kplane.broker.group.group_configs import (
+    GROUP_CONFIGS,
+    GROUPS,
+    GroupConfigManager,
+    group_node,
+)
 from kplane.broker.metadata.cache import MetadataCache
 from kplane.broker.metadata.kafka_store import KafkaMetadataClient
-from kplane.broker.server.config_describer import ConfigDescriber, ConfigEntry, topic_default
+from kplane.broker.server.config_describer import (
+    ConfigDescriber,
+    ConfigEntry,
+    group_entries,
+    topic_default,
+)
 from kplane.broker.server.context import Handler, RequestContext
 from kplane.common.acl import AclOperation, AclResourceType
 from kplane.common.config_ops import ConfigResourceType, OpType
@@ -37,7 +50,7 @@ log = structlog.get_logger(__name__)
 class AlterConfigPolicyRequest:
     """What an ``alter.config.policy.class.name`` policy's ``validate`` is given."""
 
-    resource_type: str  # "TOPIC" or "BROKER"
+    resource_type: str  # "TOPIC", "BROKER" or "GROUP"
     resource_name: str
     configs: Mapping[str, str]
 
@@ -70,11 +83,13 @@ class ConfigApis:
         client: KafkaMetadataClient,
         cache: MetadataCache,
         policy: Policy | None = None,
+        group_configs: GroupConfigManager | None = None,
     ) -> None:
         self.dynamic = dynamic
         self.client = client
         self.cache = cache
         self.policy = policy
+        self.group_configs = group_configs or GroupConfigManager(lambda: dynamic.current)
         self.describer = ConfigDescriber(dynamic)
 
     def handlers(self) -> Mapping[int, Handler]:
@@ -130,6 +145,11 @@ class ConfigApis:
                     f"string, but received {name}",
                 )
             return self.describer.broker_entries(name != "", keys, docs)
+        if rtype == ConfigResourceType.GROUP:
+            if not ctx.authorized(AclOperation.DESCRIBE_CONFIGS, AclResourceType.GROUP, name):
+                raise KafkaError(ErrorCode.group_authorization_failed, None)
+            overrides = self.client.get_entity_config(GROUPS, group_node(name))
+            return group_entries(overrides, self.group_configs.default, keys, docs)
         raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {rtype}")
 
     @staticmethod
@@ -254,6 +274,21 @@ class ConfigApis:
             else:
                 self.dynamic.alter(entity, configs)
             return
+        if rtype == ConfigResourceType.GROUP:
+            if not ctx.authorized(AclOperation.ALTER_CONFIGS, AclResourceType.GROUP, name):
+                raise KafkaError(ErrorCode.group_authorization_failed, None)
+            if not name:
+                raise KafkaError(ErrorCode.invalid_request, "Group name must not be empty")
+            configs = new_configs(self.client.get_entity_config(GROUPS, group_node(name)), resource)
+            self.group_configs.validate(configs)
+            self._check_policy("GROUP", name, configs)
+            if not validate_only:
+                self.client.set_entity_config(GROUPS, group_node(name), configs)
+                log.info("group configs altered", group=name, keys=sorted(configs))
+                stored_only = sorted(k for k in configs if k.startswith("share."))
+                if stored_only:
+                    log.info("share group configs stored, not acted on", keys=stored_only)
+            return
         raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {rtype}")
 
     def _check_listener_removal(
@@ -295,7 +330,12 @@ def apply_op(configs: dict[str, str], name: str, op: int, value: str | None, rty
         configs[name] = value
         return
     verb = "append" if kind is OpType.APPEND else "subtract"
-    if rtype == ConfigResourceType.TOPIC:
+    if rtype == ConfigResourceType.GROUP:
+        group_definition = GROUP_CONFIGS.get(name)
+        if group_definition is None:
+            raise KafkaError(ErrorCode.invalid_config, f"Unknown group config name: {name}")
+        ctype, default = group_definition.type, None
+    elif rtype == ConfigResourceType.TOPIC:
         topic_definition = TOPIC_CONFIGS.get(name)
         if topic_definition is None:
             raise KafkaError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")

@@ -11,7 +11,7 @@ Sensitive values are never shown.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -20,6 +20,7 @@ from kplane.broker.config.dynamic_config import DynamicBrokerConfig, is_password
 from kplane.broker.config.listener_key import base_name
 from kplane.broker.config.synonyms import broker_synonyms
 from kplane.broker.config.topic_configs import TOPIC_CONFIGS, TopicConfigDef
+from kplane.broker.group.group_configs import GROUP_CONFIGS
 
 
 class ConfigSource(IntEnum):
@@ -31,6 +32,7 @@ class ConfigSource(IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,36 @@ class ConfigDescriber:
                 )
             )
         return entries
+
+
+def group_entries(
+    overrides: Mapping[str, str],
+    default: Callable[[str], str],
+    keys: Iterable[str] | None,
+    docs: bool,
+) -> list[ConfigEntry]:
+    """Entries of a group: its overrides, else the broker's values (``default(name)``)."""
+    wanted = set(keys) if keys is not None else None
+    entries = []
+    for name, definition in GROUP_CONFIGS.items():
+        if wanted is not None and name not in wanted:
+            continue
+        own = name in overrides
+        value = overrides[name] if own else default(name)
+        source = ConfigSource.GROUP_CONFIG if own else ConfigSource.DEFAULT_CONFIG
+        entries.append(
+            ConfigEntry(
+                name,
+                value,
+                False,
+                source,
+                False,
+                (Synonym(name, value, source),),
+                definition.type.wire_code,
+                definition.documentation if docs else None,
+            )
+        )
+    return entries
 
 
 def _hide(synonym: Synonym) -> Synonym:

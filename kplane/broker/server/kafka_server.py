@@ -17,6 +17,7 @@ from kplane.broker.controller.channel_manager import ControllerChannelManager
 from kplane.broker.controller.controller import KafkaController
 from kplane.broker.group.coordinator import GroupCoordinator
 from kplane.broker.group.group_config import group_config_from
+from kplane.broker.group.group_configs import GROUPS, GroupConfigManager, group_node
 from kplane.broker.group.placement import coordinator_for, partition_leader
 from kplane.broker.log.log_cleaner import CleanerConfig
 from kplane.broker.log.log_config import LogConfigs
@@ -238,6 +239,10 @@ class KafkaServer:
                 config.get_int("num.partitions"), config.get_int("default.replication.factor")
             ),
         )
+        self.group_configs = GroupConfigManager(
+            lambda: self.config,
+            lambda group_id: self.client.get_entity_config(GROUPS, group_node(group_id)),
+        )
         self.group_coordinator = GroupCoordinator(
             group_config_from(config),
             self.timer,
@@ -246,6 +251,7 @@ class KafkaServer:
             topics=lambda: self.cache.snapshot,
             stored_topics=self.client.get_topics,
             group_store=self.client,
+            group_configs=self.group_configs,
         )
         self.lifecycle.on_shutdown("stop group coordinator", self.group_coordinator.shutdown)
         self._start_transaction_coordinator(config)
@@ -483,6 +489,7 @@ class KafkaServer:
         self.config_changes = ConfigChangeListener(self.store)
         self.config_changes.subscribe(self.dynamic.on_config_change)
         self.config_changes.subscribe(self.log_configs.on_config_change)
+        self.config_changes.subscribe(self.group_configs.on_config_change)
         self.config_changes.start()
         self._start_metrics_http()
 
@@ -532,6 +539,7 @@ class KafkaServer:
                 self.client,
                 self.cache,
                 load_policy(self.config.get("alter.config.policy.class.name")),
+                self.group_configs,
             ),
             ControllerApis(
                 self.broker_id,
