@@ -494,7 +494,7 @@ class LogManager:
         leaves only the future dir, which the next start takes as the log."""
         with self._lock:
             partition = self._partitions.get(tp)
-            future = self._futures.pop(tp, None)
+            future = self._futures.get(tp)
             source = self._dirs_of.get(tp)
         if partition is None or future is None or source is None:
             return
@@ -505,24 +505,21 @@ class LogManager:
         future.log.close()  # flushed: the future dir holds every record from here on
         doomed = source.path / special_dir_name(tp.topic, tp.partition, DELETE_SUFFIX)
         final = target.path / str(tp)
-        for log_dir, rename in (
-            (source, lambda: current.directory.rename(doomed)),
-            (target, lambda: future.log.directory.rename(final)),
-        ):
-            try:
-                rename()
-                fsync_dir(log_dir.path)
-            except OSError as exc:
-                failed = str(log_dir.path)
-                self.log_dir_failures.maybe_add_offline_log_dir(failed, f"swap in {tp}", exc)
-                raise KafkaStorageError(f"the future log of {tp} cannot be swapped in") from None
+        self._swap_rename(tp, source, current.directory, doomed)
+        try:
+            self._swap_rename(tp, target, future.log.directory, final)
+        except KafkaStorageError:
+            with contextlib.suppress(OSError):  # the current log stays where it was
+                doomed.rename(current.directory)
+            raise
         swapped = self._file_log(
             tp, final, recovery_point=end, log_start_offset=start, lock=current.lock
         )
         if epochs:
             swapped.maybe_assign_epoch_start_offset(*epochs[-1])
         swapped.maybe_increment_log_start_offset(start)
-        with self._lock:
+        with self._lock:  # the move ends: one change for every reader of these maps
+            del self._futures[tp]
             partition.log = swapped
             self._dirs_of[tp] = target
         current.close_handlers()  # its records are in the swapped log; reads under way finish
@@ -543,13 +540,29 @@ class LogManager:
             self.cleaner.resume(tp)
         log.info("replica moved", partition=str(tp), log_dir=str(target.path), log_end_offset=end)
 
+    def _swap_rename(self, tp: TopicPartition, log_dir: LogDir, old: Path, new: Path) -> None:
+        """One rename of a swap, made durable; an I/O error takes ``log_dir`` offline."""
+        try:
+            old.rename(new)
+            fsync_dir(log_dir.path)
+        except OSError as exc:
+            self.log_dir_failures.maybe_add_offline_log_dir(str(log_dir.path), f"swap {tp}", exc)
+            raise KafkaStorageError(f"{tp} cannot be swapped into {log_dir.path}") from None
+
     def abort_future_log(self, tp: TopicPartition) -> None:
-        """Stop ``tp``'s move, if any: its future log goes (Kafka's removeFutureLocalReplica)."""
-        with self._lock:
-            future = self._futures.pop(tp, None)
+        """Stop ``tp``'s move, if any: its future log goes (Kafka's removeFutureLocalReplica).
+        Under the shared lock, so a swap under way ends first (and there is nothing to stop)
+        and a chunk being copied is dropped, not appended to closed files."""
+        future = self._futures.get(tp)
         if future is None:
             return
-        future.log.close_handlers()
+        with future.log.lock:
+            with self._lock:
+                if self._futures.get(tp) is not future:
+                    return
+                del self._futures[tp]
+            future.generation += 1
+            future.log.close_handlers()
         if not self.log_dir_failures.is_offline(str(future.log_dir.path)):
             self._delete_dir(tp, future.log, future.log_dir)
         if self.cleaner is not None:
