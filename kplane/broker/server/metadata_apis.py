@@ -303,9 +303,10 @@ class MetadataApis:
             topic_id=info.topic_id if info else ZERO_UUID,
             is_internal=info.is_internal if info else name.startswith("__"),
             partitions=tuple(partitions or ()),
-            topic_authorized_operations=ctx.authorized_operations(AclResourceType.TOPIC, name)
-            if info is not None
-            else AUTHORIZED_OPERATIONS_OMITTED,
+            # Kafka's handler fills in every topic but those refused DESCRIBE (unknown ones too)
+            topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED
+            if error is ErrorCode.topic_authorization_failed
+            else ctx.authorized_operations(AclResourceType.TOPIC, name),
         )
 
     def _described_partition(self, ctx: RequestContext, p: PartitionInfo) -> Any:
