@@ -16,6 +16,7 @@ from typing import Any
 
 from kplane.client.admin import Admin
 from kplane.client.kafka_client import CoordinatorType
+from kplane.common.network.connection import UnsupportedApi
 from kplane.protocol import api
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode, KafkaError
@@ -38,6 +39,11 @@ class GroupMember:
     host: str
     assignment: tuple[tuple[str, int], ...]
     """Partitions of a consumer-protocol member's assignment."""
+    instance_id: str | None = None
+    member_epoch: int | None = None
+    """A KIP-848 member's epoch (None in a classic group)."""
+    target_assignment: tuple[tuple[str, int], ...] = ()
+    """What a KIP-848 member reconciles towards."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,10 @@ class GroupDescription:
     protocol: str
     members: tuple[GroupMember, ...]
     coordinator: int
+    group_type: str = "classic"
+    group_epoch: int | None = None
+    """A KIP-848 group's epoch, and that of its target assignment."""
+    assignment_epoch: int | None = None
 
 
 def consumer_assignment(data: bytes) -> tuple[tuple[str, int], ...]:
@@ -72,6 +82,40 @@ def consumer_assignment(data: bytes) -> tuple[tuple[str, int], ...]:
         return tuple(sorted(out))
     except (struct.error, UnicodeDecodeError):
         return ()
+
+
+def _partitions(assignment: Any) -> tuple[tuple[str, int], ...]:
+    return tuple(
+        sorted(
+            (str(t.topic_name), int(p)) for t in assignment.topic_partitions for p in t.partitions
+        )
+    )
+
+
+def _consumer_group(described: Any, coordinator: int) -> GroupDescription:
+    """A ConsumerGroupDescribe answer as a GroupDescription."""
+    return GroupDescription(
+        str(described.group_id),
+        described.group_state,
+        "consumer",
+        described.assignor_name,
+        tuple(
+            GroupMember(
+                m.member_id,
+                m.client_id,
+                m.client_host,
+                _partitions(m.assignment),
+                m.instance_id,
+                int(m.member_epoch),
+                _partitions(m.target_assignment),
+            )
+            for m in described.members
+        ),
+        coordinator,
+        "consumer",
+        int(described.group_epoch),
+        int(described.assignment_epoch),
+    )
 
 
 def _check(code: ErrorCode, what: str) -> None:
@@ -101,9 +145,7 @@ class GroupAdmin:
             )
             _check(response.error_code, f"ListGroups at broker {node}")
             return [
-                ListedGroup(
-                    str(g.group_id), g.protocol_type, getattr(g, "group_state", "") or ""
-                )
+                ListedGroup(str(g.group_id), g.protocol_type, getattr(g, "group_state", "") or "")
                 for g in response.groups
             ]
 
@@ -111,8 +153,27 @@ class GroupAdmin:
         return sorted({g for groups in found for g in groups}, key=lambda g: g.group_id)
 
     async def describe_group(self, group: str) -> GroupDescription:
-        """State, protocol and members of ``group`` (state ``Dead`` when it does not exist)."""
+        """State, protocol and members of ``group`` (state ``Dead`` when it does not exist):
+        ConsumerGroupDescribe first, as Kafka's admin client does, then DescribeGroups for a
+        classic group or a broker without KIP-848."""
         node = await self._coordinator(group)
+        try:
+            response = await self.client.request(
+                node,
+                ApiKey.CONSUMER_GROUP_DESCRIBE,
+                lambda v: api.make(
+                    api.request_class(ApiKey.CONSUMER_GROUP_DESCRIBE, v),
+                    group_ids=(group,),
+                    include_authorized_operations=False,
+                ),
+            )
+        except UnsupportedApi:
+            response = None
+        if response is not None:
+            (described,) = response.groups
+            if described.error_code != ErrorCode.group_id_not_found:
+                _check(described.error_code, f"ConsumerGroupDescribe {group!r}")
+                return _consumer_group(described, node)
         response = await self.client.request(
             node,
             ApiKey.DESCRIBE_GROUPS,
@@ -131,6 +192,7 @@ class GroupAdmin:
                 m.client_id,
                 m.client_host,
                 consumer_assignment(bytes(m.member_assignment)) if consumer else (),
+                getattr(m, "group_instance_id", None),
             )
             for m in found.members
         )

@@ -35,6 +35,11 @@ def add_parser(sub: Any) -> None:
     shown.add_argument("--members", action="store_true", help="--describe: the members")
     shown.add_argument("--state", action="store_true", help="--describe: the group's state")
     p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="--describe --members/--state: assignments and epochs (KIP-1099)",
+    )
+    p.add_argument(
         "--topic", action="append", default=[], help="--reset-offsets, --delete-offsets: T or T:0,1"
     )
     p.add_argument("--all-topics", action="store_true", help="--reset-offsets: every topic")
@@ -103,24 +108,14 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> int:
         print(f"Error: Consumer group '{args.group}' does not exist.", file=sys.stderr)
         return 1
     if args.state:
-        node = admin.client.cluster.brokers.get(group.coordinator)
-        where = f"{node.host}:{node.port}" if node else "?"
         print()
-        print(table([
-            ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
-            (group.group_id, f"{where} ({group.coordinator})", group.protocol, group.state,
-             len(group.members)),
-        ]))
+        print(table(state_rows(admin, group, args.verbose)))
         return 0
     if not group.members:
         print(f"\nConsumer group '{args.group}' has no active members.")
     if args.members:
         print()
-        print(table([
-            ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"),
-            *((group.group_id, m.member_id, m.host, m.client_id, len(m.assignment))
-              for m in group.members),
-        ]))
+        print(table(member_rows(group, args.verbose)))
         return 0
     committed = await groups.committed_offsets(args.group)
     owners = {tp: m for m in group.members for tp in m.assignment}
@@ -144,6 +139,53 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> int:
     print()
     print(table(rows))
     return 0
+
+
+def state_rows(admin: Admin, group: GroupDescription, verbose: bool) -> list[tuple[Any, ...]]:
+    """``--describe --state``; ``--verbose`` adds a consumer group's epochs."""
+    node = admin.client.cluster.brokers.get(group.coordinator)
+    where = f"{node.host}:{node.port}" if node else "?"
+    epochs = verbose and group.group_type == "consumer"
+    return [
+        ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE",
+         *(("GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH") if epochs else ()), "#MEMBERS"),
+        (group.group_id, f"{where} ({group.coordinator})", group.protocol, group.state,
+         *((group.group_epoch, group.assignment_epoch) if epochs else ()), len(group.members)),
+    ]  # fmt: skip
+
+
+def assignment_text(partitions: tuple[tuple[str, int], ...]) -> str:
+    """``topic:0,1;other:2`` (KIP-1099), ``-`` for none."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    text = ";".join(f"{t}:{','.join(map(str, sorted(p)))}" for t, p in sorted(by_topic.items()))
+    return text or "-"
+
+
+def member_rows(group: GroupDescription, verbose: bool) -> list[tuple[Any, ...]]:
+    """``--describe --members``: GROUP-INSTANCE-ID when a member has one (always with
+    ``--verbose``, which adds each member's epoch, assignment and target)."""
+    static = verbose or any(m.instance_id for m in group.members)
+    rows: list[tuple[Any, ...]] = [(
+        "GROUP", "CONSUMER-ID", *(("GROUP-INSTANCE-ID",) if static else ()), "HOST",
+        "CLIENT-ID", "#PARTITIONS",
+        *(("CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT")
+          if verbose else ()),
+    )]  # fmt: skip
+    for m in group.members:
+        rows.append((
+            group.group_id, m.member_id, *((m.instance_id or "-",) if static else ()), m.host,
+            m.client_id, len(m.assignment),
+            *((_or_dash(m.member_epoch), assignment_text(m.assignment),
+               _or_dash(group.assignment_epoch), assignment_text(m.target_assignment))
+              if verbose else ()),
+        ))  # fmt: skip
+    return rows
+
+
+def _or_dash(value: int | None) -> Any:
+    return "-" if value is None else value
 
 
 async def _reset_partitions(

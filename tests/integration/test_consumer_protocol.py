@@ -27,6 +27,7 @@ from kplane.protocol.errors import ErrorCode
 from kplane.testing.plugin import KafkaCluster, RunningBroker, free_port
 
 from .helpers import wait_until
+from .test_kafka_cli import ok
 
 PARTITIONS = 6
 HEARTBEAT_MS = 500
@@ -419,5 +420,39 @@ def test_the_group_goes_on_at_another_broker_when_its_coordinator_stops(
             (m.member_id, m.member_epoch) for m in before.members
         ]
         assert len(set(seen)) == len(seen), "a committed record was read again"
+    finally:
+        member.leave()
+
+
+def test_consumer_groups_cli_describes_a_consumer_protocol_group(
+    kip848_broker: RunningBroker, rdkafka_log: LibrdkafkaLog
+) -> None:
+    broker, topic, group = kip848_broker, "kip848-cli", "g-cli"
+    broker.create_topic(topic, 2)
+    seen: list[Any] = []
+    config = consumer_config(broker, group, "cli-member", **{"group.instance.id": "cli-1"})
+    member = Member(config, [topic], seen).start()
+    try:
+        wait_until(lambda: len(member.assignment) == 2, 60, "both partitions")
+        wait_until(lambda: describe(broker, group).group_state == "Stable", 30, "Stable")
+        epoch = describe(broker, group).group_epoch
+        b = ("consumer-groups", "--bootstrap-server", broker.bootstrap_servers, "--group", group)
+        state = ok(*b, "--describe", "--state", "--verbose").split("\n")
+        assert state[1].split() == [
+            "GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "GROUP-EPOCH",
+            "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS",
+        ]  # fmt: skip
+        assert state[2].split()[-5:] == ["uniform", "Stable", str(epoch), str(epoch), "1"]
+        members = ok(*b, "--describe", "--members", "--verbose").split("\n")
+        assert members[1].split() == [
+            "GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+            "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT",
+        ]  # fmt: skip
+        row = members[2].split()
+        assert row[0] == group and row[2] == "cli-1" and row[4] == "cli-member"
+        assert row[5:] == ["2", str(epoch), f"{topic}:0,1", str(epoch), f"{topic}:0,1"]
+        offsets = ok(*b, "--describe").split("\n")
+        assert offsets[1].split()[:3] == ["GROUP", "TOPIC", "PARTITION"]
+        assert {line.split()[-1] for line in offsets[2:] if line} == {"cli-member"}
     finally:
         member.leave()
