@@ -7,6 +7,7 @@ a protocol error from the broker would show there.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -23,6 +24,8 @@ from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.types import GroupId
 from kio.static.primitive import i8
 
+from kplane.protocol import api
+from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode
 from kplane.testing.plugin import KafkaCluster, RunningBroker, free_port
 
@@ -456,3 +459,71 @@ def test_consumer_groups_cli_describes_a_consumer_protocol_group(
         assert {line.split()[-1] for line in offsets[2:] if line} == {"cli-member"}
     finally:
         member.leave()
+
+
+def test_offset_commit_and_fetch_check_the_member_epoch(kip848_broker: RunningBroker) -> None:
+    broker, topic, group = kip848_broker, "kip848-epochs", "g-epochs"
+    broker.create_topic(topic, 1)
+    with broker.wire() as wire:
+        joined = wire.request(
+            api.make(
+                api.request_class(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1),
+                group_id=group,
+                member_id="m-1",
+                member_epoch=0,
+                rebalance_timeout=datetime.timedelta(seconds=30),
+                subscribed_topic_names=(topic,),
+                topic_partitions=(),
+            )
+        )
+        assert joined.error_code == ErrorCode.none
+        epoch = int(joined.member_epoch)
+
+        def commit(version: int, member_epoch: int) -> ErrorCode:
+            module = api.request_module(ApiKey.OFFSET_COMMIT, version)
+            request = api.make(
+                api.request_class(ApiKey.OFFSET_COMMIT, version),
+                group_id=group,
+                generation_id_or_member_epoch=member_epoch,
+                member_id="m-1",
+                topics=(
+                    api.make(
+                        module.OffsetCommitRequestTopic,
+                        name=topic,
+                        partitions=(
+                            api.make(
+                                module.OffsetCommitRequestPartition,
+                                partition_index=0,
+                                committed_offset=5,
+                            ),
+                        ),
+                    ),
+                ),
+            )
+            wire.send(request, version)
+            _, response = wire.receive(ApiKey.OFFSET_COMMIT, version)
+            return ErrorCode(response.topics[0].partitions[0].error_code)
+
+        def fetch(member_epoch: int) -> ErrorCode:
+            module = api.request_module(ApiKey.OFFSET_FETCH, 9)
+            request = api.make(
+                api.request_class(ApiKey.OFFSET_FETCH, 9),
+                groups=(
+                    api.make(
+                        module.OffsetFetchRequestGroup,
+                        group_id=group,
+                        member_id="m-1",
+                        member_epoch=member_epoch,
+                        topics=None,
+                    ),
+                ),
+            )
+            wire.send(request, 9)
+            _, response = wire.receive(ApiKey.OFFSET_FETCH, 9)
+            return ErrorCode(response.groups[0].error_code)
+
+        assert commit(9, epoch - 1) == ErrorCode.stale_member_epoch
+        assert commit(8, epoch) == ErrorCode.unsupported_version
+        assert commit(9, epoch) == ErrorCode.none
+        assert fetch(epoch + 1) == ErrorCode.stale_member_epoch
+        assert fetch(epoch) == ErrorCode.none

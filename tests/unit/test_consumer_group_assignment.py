@@ -97,14 +97,18 @@ def test_reconcile_revokes_before_it_assigns() -> None:
     assert (got.state, got.assigned) == (MemberState.STABLE, {T1: frozenset({3, 4, 5})})
 
 
-@pytest.mark.parametrize("pattern", ["^rx-.*", "(^a|b)[0-9]+", r"topic\.\d+\z", "[]a]"])
+@pytest.mark.parametrize(
+    "pattern", ["^rx-.*", "(^a|b)[0-9]+", r"topic\.\d+\z", "[]a]", "(orders|pay)-(eu-[0-9]+)?"]
+)
 def test_re2_patterns_accepted(pattern: str) -> None:
     compile_topic_regex(pattern)
 
 
 @pytest.mark.parametrize(
-    "pattern", [r"(a)\1", "a(?=b)", "a(?!b)", "(?<=a)b", "(?>a)", "a*+", r"a\Z", "(", "a{2}+"]
-)
+    "pattern",
+    [r"(a)\1", "a(?=b)", "a(?!b)", "(?<=a)b", "(?>a)", "a*+", r"a\Z", "(", "a{2}+", "(a+)+$",
+     "(a|ab)*c", "(x.*)*"],
+)  # fmt: skip
 def test_what_re2j_refuses_is_refused(pattern: str) -> None:
     with pytest.raises(InvalidRegex):
         compile_topic_regex(pattern)

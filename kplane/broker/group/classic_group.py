@@ -514,6 +514,7 @@ class ClassicGroup(Group):
         group_instance_id: str | None,
         generation_or_member_epoch: int,
         transactional: bool,
+        api_version: int | None = None,
     ) -> ErrorCode | None:
         """Generation -1 with no member id is a standalone commit, allowed while the group
         has no members (and always for a transaction, KIP-447)."""

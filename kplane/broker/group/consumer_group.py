@@ -275,6 +275,7 @@ class ConsumerGroup(Group):
         group_instance_id: str | None,
         generation_or_member_epoch: int,
         transactional: bool,
+        api_version: int | None = None,
     ) -> ErrorCode | None:
         """An epoch below zero commits for an empty group (an admin, a standalone consumer);
         a member names its current epoch."""
@@ -282,6 +283,8 @@ class ConsumerGroup(Group):
             return ErrorCode.coordinator_not_available
         if generation_or_member_epoch < 0 and not self.members:
             return None
+        if member_id in self.members and api_version is not None and api_version < 9:
+            return ErrorCode.unsupported_version  # members name their epoch from v9 on
         return self._validate_member_epoch(member_id, generation_or_member_epoch)
 
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode | None:

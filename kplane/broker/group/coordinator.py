@@ -145,11 +145,13 @@ class GroupCoordinator:
         callback: Callable[[dict[TopicPartition, ErrorCode]], None],
         *,
         retention_ms: int = -1,
+        api_version: int | None = None,
     ) -> None:
         """OffsetCommit. ``generation_id`` is the generation of a classic member or the
         epoch of a consumer-protocol member; -1 with an empty member id is a standalone
         commit, allowed while the group has no members. ``retention_ms`` is v2-v4's
-        retention_time (-1: the broker's offsets.retention.minutes)."""
+        retention_time (-1: the broker's offsets.retention.minutes); ``api_version`` the
+        request's (a consumer-protocol member needs v9+)."""
         with self.groups.deferring():
             errors = self._offsets.unknown_partitions(offsets)
             valid = {tp: om for tp, om in offsets.items() if tp not in errors}
@@ -164,7 +166,7 @@ class GroupCoordinator:
                 return
             with group.lock:
                 error = group.validate_offset_commit(
-                    member_id, group_instance_id, generation_id, transactional=False
+                    member_id, group_instance_id, generation_id, False, api_version
                 )
                 if error is not None:
                     errors.update(dict.fromkeys(valid, error))

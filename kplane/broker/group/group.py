@@ -103,8 +103,10 @@ class Group(abc.ABC):
         group_instance_id: str | None,
         generation_or_member_epoch: int,
         transactional: bool,
+        api_version: int | None = None,
     ) -> ErrorCode | None:
-        """Whether this member may commit (None: it may)."""
+        """Whether this member may commit (None: it may); ``api_version`` is OffsetCommit's
+        (None: not from an OffsetCommit)."""
 
     @abc.abstractmethod
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode | None:

@@ -1,12 +1,19 @@
 """SubscribedTopicRegex: Kafka compiles it with RE2J, so a pattern is refused when it uses
 what RE2 lacks (backreferences, lookaround, atomic groups, possessive quantifiers,
 conditionals, inline comments) even where Python's ``re`` would take it; the rest is
-compiled with ``re`` (RE2's ``\\z`` as Python's ``\\Z``) and matches whole topic names."""
+compiled with ``re`` (RE2's ``\\z`` as Python's ``\\Z``) and matches whole topic names.
+
+RE2 matches in linear time, Python's backtracking ``re`` does not: a repeated group that
+itself holds a repetition or an alternation (``(a+)+``, ``(a|ab)*``) can take exponential
+time on a topic name, so such patterns are refused too, where Kafka would take them."""
 
 from __future__ import annotations
 
 import functools
 import re
+import re._parser as sre_parse
+from re._constants import BRANCH, MAX_REPEAT, MIN_REPEAT, SUBPATTERN
+from typing import Any
 
 _UNSUPPORTED_GROUPS = ("(?=", "(?!", "(?<=", "(?<!", "(?>", "(?P=", "(?(", "(?#")
 
@@ -60,11 +67,31 @@ def _escaped(pattern: str, i: int) -> bool:
     return backslashes % 2 == 1
 
 
+def _check_backtracking(items: Any, repeated: bool = False) -> None:
+    """InvalidRegex for a repetition (of more than one) or an alternation inside one."""
+    for op, arg in items:
+        if op in (MAX_REPEAT, MIN_REPEAT):
+            low, high, sub = arg
+            if repeated and high != low:
+                raise InvalidRegex("nested repetition (exponential backtracking)")
+            _check_backtracking(sub, repeated or high > 1)
+        elif op is BRANCH:
+            if repeated:
+                raise InvalidRegex("alternation inside a repetition (exponential backtracking)")
+            for branch in arg[1]:
+                _check_backtracking(branch, repeated)
+        elif op is SUBPATTERN:
+            _check_backtracking(arg[-1], repeated)
+
+
 @functools.lru_cache(maxsize=256)
 def compile_topic_regex(pattern: str) -> re.Pattern[str]:
-    """The compiled pattern; InvalidRegex when RE2J would refuse it."""
+    """The compiled pattern; InvalidRegex when RE2J would refuse it, or it could backtrack
+    exponentially."""
     translated = _check_re2(pattern)
     try:
-        return re.compile(translated)
+        compiled = re.compile(translated)
+        _check_backtracking(sre_parse.parse(translated).data)
     except re.error as exc:
         raise InvalidRegex(str(exc)) from exc
+    return compiled

@@ -310,6 +310,7 @@ class GroupApis:
             offsets=offsets,
             callback=ctx.guarded(done),
             retention_ms=_ms(getattr(req, "retention_time", None)),
+            api_version=ctx.api_version,
         )
 
     def txn_offset_commit(self, ctx: RequestContext) -> None:
