@@ -19,6 +19,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewTopic,
     ResourceType,
 )
 from kafka import TopicPartitionReplica
@@ -31,7 +32,7 @@ from kafka.errors import (
     ReplicaNotAvailableError,
 )
 
-from kplane.testing.plugin import BrokerProcess, RunningBroker
+from kplane.testing.plugin import CLUSTER_DEFAULTS, BrokerProcess, KafkaCluster, RunningBroker
 from tests.integration.helpers import (
     produce_all,
     read_from_beginning,
@@ -87,10 +88,11 @@ def _fill(broker: _Broker, topic: str, count: int) -> list[bytes]:
 
 
 def _replica_dirs(broker: _Broker, topic: str) -> dict[tuple[str, bool], int]:
-    """(log dir, is future) -> offset lag of ``topic``-0's logs, from DescribeLogDirs."""
+    """(log dir, is future) -> offset lag of ``topic``-0's logs on ``broker``, from
+    DescribeLogDirs."""
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap())
     try:
-        (described,) = admin.describe_log_dirs({topic: [0]})
+        (described,) = admin.describe_log_dirs({topic: [0]}, brokers=[broker.broker_id])
     finally:
         admin.close()
     return {
@@ -316,3 +318,57 @@ def test_a_move_survives_a_killed_broker(broker_process: Any, tmp_path: Path) ->
     assert _read_all(again, "killed", len(values)) == values
     assert not (source / "killed-0").exists()
     assert "Traceback" not in again.handle.log_text()
+
+
+def test_a_follower_moves_while_it_replicates(
+    broker_factory: Any, zookeeper: str, tmp_path: Path
+) -> None:
+    brokers: list[RunningBroker] = [
+        broker_factory(
+            {
+                **CLUSTER_DEFAULTS,
+                "zookeeper.connect": zookeeper,
+                "broker.id": str(i),
+                "kplane.log.storage": "file",
+                "log.dirs": f"{tmp_path / f'b{i}-a'},{tmp_path / f'b{i}-b'}",
+            }
+        )
+        for i in range(2)
+    ]
+    wait_until(lambda: all(len(b.alive_brokers()) == 2 for b in brokers), what="two brokers")
+    cluster = KafkaCluster(brokers, zookeeper)
+    admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap()})
+    admin.create_topics([NewTopic("replicated", 1, 2)])["replicated"].result(timeout=30)
+    state = wait_until(lambda: brokers[0].partitions("replicated").get(0), what="the topic")
+    follower = next(b for b in brokers if b.broker_id != state.leader)
+    dirs = (tmp_path / f"b{follower.broker_id}-a", tmp_path / f"b{follower.broker_id}-b")
+    wait_until(lambda: follower.replica("replicated", 0), what="the follower's replica")
+    source, target = _source_and_target(dirs, "replicated")
+    before = _fill(follower, "replicated", 3000)
+    _throttle(follower, 500_000)
+
+    writer = _Writer(follower, "replicated")
+    writer.start()
+    try:
+        writer.wait_for(20, "writes before the move")
+        assert _move(follower, "replicated", target) is NoError
+        writer.wait_for(50, "writes while the follower's replica moves")
+        assert (str(target), True) in _replica_dirs(follower, "replicated")
+        _throttle(follower, None)
+        wait_until(
+            lambda: set(_replica_dirs(follower, "replicated")) == {(str(target), False)},
+            what="the follower's replica in its new dir",
+        )
+        writer.wait_for(50, "writes after the move")
+    finally:
+        writer.stop.set()
+        writer.join(60)
+    assert writer.errors == []
+    wait_until(
+        lambda: len(brokers[0].partitions("replicated")[0].isr) == 2, what="the follower in sync"
+    )
+    # The moved replica leads and serves every acknowledged record.
+    cluster.move_leader("replicated", 0, follower.broker_id)
+    total = len(before) + len(writer.acked)
+    assert _read_all(follower, "replicated", total) == before + writer.acked
+    assert not (source / "replicated-0").exists()
