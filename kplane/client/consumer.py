@@ -1,4 +1,5 @@
-"""Consumer: reads assigned partitions from their leaders, without consumer groups.
+"""Consumer: reads assigned partitions from their leaders, or those a KIP-848 consumer group
+gives it (``subscribe`` with ``group.id``, :mod:`kplane.client.group_membership`).
 
 Positions live here, not on the broker: ``assign`` then ``seek``/``seek_to_beginning``/
 ``seek_to_end`` (or ``auto.offset.reset`` when a position is unknown or out of range), and
@@ -36,6 +37,7 @@ from typing import Any
 import structlog
 
 from kplane.client.errors import IllegalStateError
+from kplane.client.group_membership import ConsumerMembership
 from kplane.client.kafka_client import KafkaClient
 from kplane.client.settings import CONSUMER_SETTINGS, ISOLATION_LEVELS, read_settings
 from kplane.common.network.connection import BrokerConnectionError
@@ -209,7 +211,9 @@ class _Fetched:
 
 
 class Consumer:
-    """Reads assigned partitions; positions are kept by the consumer (no group, no commits)."""
+    """Reads assigned partitions; positions are kept by the consumer. With ``group_id`` it
+    may ``subscribe`` instead: the group (``group.protocol=consumer`` only) assigns the
+    partitions and ``commit`` stores the positions."""
 
     def __init__(
         self,
@@ -222,6 +226,12 @@ class Consumer:
         auto_offset_reset: str = "earliest",
         retry_backoff_ms: int = 100,
         isolation_level: int = READ_UNCOMMITTED,
+        group_id: str | None = None,
+        group_protocol: str = "consumer",
+        group_instance_id: str | None = None,
+        group_remote_assignor: str | None = None,
+        max_poll_interval_ms: int = 300_000,
+        enable_auto_commit: bool = True,
     ) -> None:
         if isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
             raise ValueError(
@@ -261,6 +271,24 @@ class Consumer:
         self._metadata_needed = False
         self._rounds = itertools.count()
         self._closed = False
+        if group_id is not None and group_protocol != "consumer":
+            raise ValueError(
+                f"group.protocol: {group_protocol!r}: kplane's consumer speaks the consumer "
+                "group protocol (KIP-848) only"
+            )
+        self._membership = (
+            ConsumerMembership(
+                self,
+                group_id,
+                group_instance_id=group_instance_id,
+                rebalance_timeout_ms=max_poll_interval_ms,
+                server_assignor=group_remote_assignor,
+                retry_backoff_ms=retry_backoff_ms,
+                auto_commit=enable_auto_commit,
+            )
+            if group_id is not None
+            else None
+        )
 
     @classmethod
     def from_config(cls, client: KafkaClient) -> Consumer:
@@ -280,6 +308,25 @@ class Consumer:
     def assignment(self) -> set[tuple[str, int]]:
         """The assigned partitions."""
         return set(self._positions)
+
+    def positions(self) -> dict[TopicPartition, int]:
+        """The known position of each assigned partition."""
+        return {tp: pos for tp, pos in self._positions.items() if pos is not None}
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        """Join the consumer's group subscribed to ``topics`` (needs ``group.id``); the
+        group's assignment replaces any from ``assign``."""
+        self._check_open()
+        if self._membership is None:
+            raise IllegalStateError("subscribe needs a group.id")
+        self._membership.subscribe(topics)
+
+    async def commit(self) -> None:
+        """Commit the positions of the partitions the group gave this consumer."""
+        self._check_open()
+        if self._membership is None:
+            raise IllegalStateError("commit needs a group.id")
+        await self._membership.commit()
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read ``topic``/``partition`` from ``offset`` on the next ``poll``."""
@@ -334,6 +381,10 @@ class Consumer:
         """Records from the positions on, at most ``max_records``; waits up to
         ``timeout_ms`` for some to arrive (an empty list when none did)."""
         self._check_open()
+        if not self._positions and self._membership is not None:
+            # Subscribed: the group has not given partitions yet (or took them all).
+            await asyncio.sleep(min(max(0, timeout_ms), self.retry_backoff_ms) / 1000.0)
+            return []
         if not self._positions:
             raise IllegalStateError("poll: no partitions are assigned")
         if max_records is not None and max_records < 1:
@@ -363,7 +414,10 @@ class Consumer:
                 return self._drain(max_records)
 
     async def close(self) -> None:
-        """Forget the assignment and anything fetched; the client stays open (it is shared)."""
+        """Leave the group (committing, with ``enable.auto.commit``), forget the assignment
+        and anything fetched; the client stays open (it is shared)."""
+        if self._membership is not None and not self._closed:
+            await self._membership.close()
         self._closed = True
         task, self._round_task = self._round_task, None
         if task is not None:

@@ -96,6 +96,12 @@ CONSUMER_SETTINGS: tuple[Setting, ...] = (
     Setting("retry.backoff.ms", "retry_backoff_ms", int),
     Setting("auto.offset.reset", "auto_offset_reset", as_lower),
     Setting("isolation.level", "isolation_level", as_isolation_level),
+    Setting("group.id", "group_id", str),
+    Setting("group.protocol", "group_protocol", as_lower),
+    Setting("group.instance.id", "group_instance_id", str),
+    Setting("group.remote.assignor", "group_remote_assignor", str),
+    Setting("max.poll.interval.ms", "max_poll_interval_ms", int),
+    Setting("enable.auto.commit", "enable_auto_commit", as_bool),
 )
 
 

@@ -7,6 +7,7 @@ a protocol error from the broker would show there.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 import threading
@@ -24,6 +25,9 @@ from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.types import GroupId
 from kio.static.primitive import i8
 
+from kplane.client.consumer import Consumer as KplaneConsumer
+from kplane.client.kafka_client import KafkaClient
+from kplane.common.network.config import ClientConfig
 from kplane.protocol import api
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode
@@ -527,3 +531,49 @@ def test_offset_commit_and_fetch_check_the_member_epoch(kip848_broker: RunningBr
         assert commit(9, epoch) == ErrorCode.none
         assert fetch(epoch + 1) == ErrorCode.stale_member_epoch
         assert fetch(epoch) == ErrorCode.none
+
+
+async def test_kplane_consumer_shares_a_group_with_confluent_kafka(
+    kip848_broker: RunningBroker,
+) -> None:
+    """kplane's own consumer with group.id speaks KIP-848: alone it reads every partition;
+    when a confluent-kafka member joins it gives up half (committing first) and nothing is
+    read twice; on close it leaves and the other takes the rest."""
+    broker, topic, group = kip848_broker, "kip848-kplane", "g-kplane"
+    broker.create_topic(topic, PARTITIONS)
+    produce(broker, topic, 100)
+    props = {"bootstrap.servers": broker.bootstrap(), "group.id": group, "client.id": "kp"}
+    client = KafkaClient(ClientConfig.from_properties(props))
+    await client.start()
+    consumer = KplaneConsumer.from_config(client)
+    seen: list[Any] = []
+    other: Member | None = None
+    try:
+        consumer.subscribe([topic])
+
+        async def read_until(done: Callable[[], bool]) -> None:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while not done():
+                assert loop.time() < deadline, f"timed out: {len(seen)} read"
+                for r in await consumer.poll(timeout_ms=200):
+                    seen.append((r.topic, r.partition, r.offset))
+                await consumer.commit()
+
+        await read_until(lambda: len(seen) >= 300)
+        assert len(consumer.assignment()) == PARTITIONS
+        other = Member(consumer_config(broker, group, "ck"), [topic], seen).start()
+        await read_until(lambda: len(consumer.assignment()) == 3 and len(other.assignment) == 3)
+        produce(broker, topic, 100, start=100)
+        await read_until(lambda: len(seen) >= 1200)
+        assert len(set(seen)) == len(seen), "a record was read twice"
+        await consumer.close()
+        await asyncio.to_thread(
+            wait_until, lambda: len(other.assignment) == PARTITIONS, 60, "the rest taken over"
+        )
+        assert [m.client_id for m in describe(broker, group).members] == ["ck"]
+    finally:
+        if other is not None:
+            other.leave()
+        await consumer.close()
+        await client.close()
