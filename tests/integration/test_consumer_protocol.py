@@ -577,3 +577,33 @@ async def test_kplane_consumer_shares_a_group_with_confluent_kafka(
             other.leave()
         await consumer.close()
         await client.close()
+
+
+def join(broker: RunningBroker, group: str, member: str, topics: tuple[str, ...]) -> Any:
+    """One ConsumerGroupHeartbeat at epoch 0 (a member that then never heartbeats again)."""
+    with broker.wire() as wire:
+        return wire.request(
+            api.make(
+                api.request_class(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1),
+                group_id=group,
+                member_id=member,
+                member_epoch=0,
+                rebalance_timeout=datetime.timedelta(seconds=30),
+                subscribed_topic_names=topics,
+                topic_partitions=(),
+            )
+        )
+
+
+def test_group_size_limit_and_session_expiry(broker_factory: Callable[..., RunningBroker]) -> None:
+    broker = broker_factory({**CONSUMER_PROTOCOL, "group.consumer.max.size": "1"})
+    topic, group = "kip848-limits", "g-limits"
+    broker.create_topic(topic, 2)
+    first = join(broker, group, "silent", (topic,))
+    assert first.error_code == ErrorCode.none
+    assert {int(p) for t in first.assignment.topic_partitions for p in t.partitions} == {0, 1}
+    refused = join(broker, group, "second", (topic,))
+    assert refused.error_code == ErrorCode.group_max_size_reached
+    # The first member never heartbeats again: group.consumer.session.timeout.ms fences it.
+    wait_until(lambda: describe(broker, group).group_state == "Empty", 30, "the session expiry")
+    assert join(broker, group, "second", (topic,)).error_code == ErrorCode.none
