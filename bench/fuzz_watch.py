@@ -32,6 +32,7 @@ class Usage:
     sockets: int
     log_files: int
     rss_mb: float
+    threads: int = 0
 
     @property
     def other_fds(self) -> int:
@@ -113,7 +114,8 @@ class Broker:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 rss_kb = int(line.split()[1])
-        return Usage(fds, sockets, log_files, round(rss_kb / 1024, 1))
+        threads = len(os.listdir(f"/proc/{self.pid}/task"))
+        return Usage(fds, sockets, log_files, round(rss_kb / 1024, 1), threads)
 
     def log_text(self) -> str:
         with self.log_path.open("rb") as log:
