@@ -32,6 +32,12 @@ KPLANE_OWN = {
 }
 """Broker configs kplane has that Kafka's table does not, besides ``kplane.*``."""
 
+KAFKA_4_DEFAULTS = {
+    # KIP-848's consumer protocol is on by default from Kafka 4.0.
+    "group.coordinator.rebalance.protocols": "classic,consumer",
+}
+"""Defaults kplane takes from Kafka 4 rather than from 3.9's table."""
+
 
 def test_the_table_is_kafka_3_9s_whole_table() -> None:
     assert len(BROKER) == 331 and len(TOPIC) == 36
@@ -48,7 +54,7 @@ def test_broker_config_is_kafkas(name: str) -> None:
     row, definition = BROKER[name], CONFIGS.get(name)
     assert definition is not None, f"{name} is not a known config"
     assert definition.type.value == row["type"]
-    assert definition.default_text == row["default"]
+    assert definition.default_text == KAFKA_4_DEFAULTS.get(name, row["default"])
     assert definition.dynamic.value == row["update_mode"]
     assert definition.importance.value == row["importance"]
     assert definition.listener_prefix_required is row["listener_prefix_required"]

@@ -27,7 +27,6 @@ from kplane.broker.config.validators import (
     HostCounts,
     OneOf,
     Validator,
-    ValidList,
     at_least,
     between,
     invalid,
@@ -243,6 +242,8 @@ class ActedOn:
     name: str
     description: str
     validator: Validator | None = None
+    kafka_4_default: str | None = None
+    """Kafka 4's default, where kplane follows Kafka 4 rather than 3.9's table."""
 
 
 # fmt: off
@@ -504,11 +505,11 @@ _DECLARED: tuple[ActedOn | ConfigDef, ...] = (
     ActedOn("group.consumer.assignors",
             "Server-side assignors of consumer-protocol groups, uniform and range (by name "
             "or Kafka's class name); the first is used when members name none."),
-    ConfigDef("group.coordinator.rebalance.protocols", T.LIST, ["classic", "consumer"],
-              "Group protocols served (Kafka 4's default): classic always; consumer serves "
-              "KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe (not advertised "
-              "without it); share is not served yet (said at start-up).", M, RO,
-              ValidList(("consumer", "classic", "share", "unknown"))),
+    ActedOn("group.coordinator.rebalance.protocols",
+            "Group protocols served (Kafka 4's default): classic always; consumer serves "
+            "KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe (not advertised "
+            "without it); share is not served yet (said at start-up).",
+            kafka_4_default="classic,consumer"),
     # Transactions and idempotence
     ActedOn("transactional.id.expiration.ms",
             "A transactional id without transaction updates for this long expires."),
@@ -625,10 +626,13 @@ which Kafka's authorizer reads beside KafkaConfig)."""
 def _from_kafka(row: KafkaConfigRow, acted: ActedOn | None) -> ConfigDef:
     """The definition of one of Kafka's configs; honoured when kplane acts on it."""
     ctype = ConfigType(row.type)
+    default = row.default
+    if acted is not None and acted.kafka_4_default is not None:
+        default = acted.kafka_4_default
     return ConfigDef(
         row.name,
         ctype,
-        None if row.default is None else _parse_type(row.name, ctype, row.default),
+        None if default is None else _parse_type(row.name, ctype, default),
         row.documentation if acted is None else acted.description,
         Importance(row.importance),
         DynamicScope(row.update_mode),
