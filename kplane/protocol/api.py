@@ -21,7 +21,9 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from kplane.protocol import controller_schema
+from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.body_scan import scan
+from kplane.protocol.produce_codec import decode_produce_request
 
 E = TypeVar("E")
 
@@ -151,6 +153,15 @@ def _decode(cls: type[Any], buffer: Any, offset: int) -> Any:
 def decode_request(api_key: int, version: int, buffer: Any, offset: int = 0) -> Any:
     """Decode a request body starting at ``offset``; raises on malformed bytes."""
     return _decode(request_class(api_key, version), buffer, offset)
+
+
+def read_request(api_key: int, version: int, buffer: Any, offset: int = 0) -> Any:
+    """A request body as the broker reads it: Produce by its hand codec (a
+    :class:`~kplane.protocol.produce_codec.ProduceRequestData`), every other API with
+    :func:`decode_request`; raises on malformed bytes."""
+    if api_key == ApiKey.PRODUCE:
+        return decode_produce_request(version, buffer, offset)
+    return decode_request(api_key, version, buffer, offset)
 
 
 def decode_response(api_key: int, version: int, buffer: Any, offset: int = 0) -> Any:

@@ -41,6 +41,10 @@ class LogSettings:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
     min_cleanable_dirty_ratio: float = 0.5
+    min_insync_replicas: int = 1
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = "CreateTime"
+    message_timestamp_difference_max_ms: int = LONG_MAX
 
     @property
     def compact(self) -> bool:
@@ -50,13 +54,18 @@ class LogSettings:
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
 
+    @property
+    def log_append_time(self) -> bool:
+        """``message.timestamp.type`` is LogAppendTime (else CreateTime)."""
+        return self.message_timestamp_type == "LogAppendTime"
+
 
 _SETTING_FIELDS = tuple((f.name, f.name.replace("_", ".")) for f in fields(LogSettings))
 
 
 class LogConfigs:
-    """Effective ``min.insync.replicas``, ``max.message.bytes`` and timestamp settings per
-    topic."""
+    """Each topic's effective settings (:class:`LogSettings`), parsed once and cached until
+    the topic's or the broker's config changes: the Produce path reads typed fields."""
 
     def __init__(self, client: KafkaMetadataClient, broker_config: Callable[[], KafkaConfig]):
         self.client = client
@@ -79,33 +88,11 @@ class LogConfigs:
                 self._overrides[topic] = overrides
         return overrides
 
-    def _int(self, topic: str, topic_name: str, broker_name: str) -> int:
-        value = self._topic(topic).get(topic_name)
-        return int(value) if value is not None else int(self._broker_config().get(broker_name))
-
-    def min_insync_replicas(self, topic: str) -> int:
-        return self._int(topic, "min.insync.replicas", "min.insync.replicas")
-
-    def max_message_bytes(self, topic: str) -> int:
-        return self._int(topic, "max.message.bytes", "message.max.bytes")
-
     def replica_list(self, topic: str, name: str) -> list[str]:
         """A topic's ``leader.replication.throttled.replicas`` or
         ``follower.replication.throttled.replicas`` (``name``): its items, none unset."""
         value = self._topic(topic).get(name)
         return [item for item in value.split(",") if item.strip()] if value else []
-
-    def log_append_time(self, topic: str) -> bool:
-        """``message.timestamp.type`` is LogAppendTime (else CreateTime)."""
-        value = self._topic(topic).get("message.timestamp.type")
-        if value is None:
-            value = str(self._broker_config().get("log.message.timestamp.type"))
-        return value == "LogAppendTime"
-
-    def timestamp_difference_max_ms(self, topic: str) -> int:
-        return self._int(
-            topic, "message.timestamp.difference.max.ms", "log.message.timestamp.difference.max.ms"
-        )
 
     def log_settings(self, topic: str) -> LogSettings:
         """The topic's LogSettings: its overrides, else the current broker defaults (Kafka's
@@ -145,10 +132,6 @@ class LogConfigs:
                 text = str(value)
             return definition.from_broker_value(broker_name, text)
         return None
-
-    def compacted(self, topic: str) -> bool:
-        """``cleanup.policy`` contains ``compact``."""
-        return self.log_settings(topic).compact
 
     def forget(self, topic: str) -> None:
         """Drop a topic's overrides (deleted, or its config changed)."""

@@ -76,7 +76,7 @@ class KafkaApis:
             channel.send_response(Response(request, None, close_connection=True))
             return
         try:
-            body = api.decode_request(
+            body = api.read_request(
                 header.api_key, header.api_version, request.frame, header.body_offset
             )
         except Exception as exc:

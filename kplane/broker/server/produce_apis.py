@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import datetime
 import threading
+import time
+import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import structlog
 
@@ -16,6 +18,13 @@ from kplane.broker.server.replica_manager import AppendResult, ReplicaManager
 from kplane.broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kplane.common.acl import AclOperation, AclResourceType
 from kplane.protocol.errors import ErrorCode
+from kplane.protocol.produce_codec import (
+    TOPIC_ID_SINCE,
+    PartitionResult,
+    ProduceRequestData,
+    TopicResult,
+    encode_produce_response,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -51,14 +60,14 @@ class DelayedProduce(DelayedOperation):
         self,
         apis: ProduceApis,
         ctx: RequestContext,
-        results: list[tuple[Any, list[tuple[int, TopicPartition | None, AppendResult]]]],
+        produce: list[ProducePartition],
         waiting: dict[TopicPartition, int],
         timeout_ms: float,
     ) -> None:
         super().__init__(max(timeout_ms, 0.0))
         self.apis = apis
         self.ctx = ctx
-        self.results = results
+        self.produce = produce
         self.waiting = waiting
         self.outcome: dict[TopicPartition, ErrorCode] = {}
 
@@ -73,21 +82,34 @@ class DelayedProduce(DelayedOperation):
         return False
 
     def on_complete(self) -> None:
-        for _key, partitions in self.results:
-            for _index, tp, result in partitions:
-                if tp in self.waiting:
-                    error = self.outcome.get(tp, ErrorCode.request_timed_out)
-                    if error is not ErrorCode.none:
-                        result.error = error
-                        result.message = None
+        for p in self.produce:
+            if p.tp in self.waiting:
+                error = self.outcome.get(p.tp, ErrorCode.request_timed_out)
+                if error is not ErrorCode.none:
+                    p.result = AppendResult(error)
         try:
-            self.apis._respond(self.ctx, self.results)
+            respond(self.ctx, self.produce)
         except Exception as exc:  # on a fetch handler's or the timer's thread: answer
             self.ctx.fail(exc)
 
 
+@dataclass(slots=True)
+class ProducePartition:
+    """One partition of a Produce request on its way through: where it goes (``tp`` None
+    for an unknown topic id), its records, and the outcome (set when it was refused
+    before the append, or by the append)."""
+
+    key: str | uuid.UUID | None
+    """The topic as the request named it: its name, or its id from v13."""
+    index: int
+    tp: TopicPartition | None
+    records: bytes | None
+    result: AppendResult | None = None
+
+
 class ProduceApis:
-    """Produce (acks 0, 1, all; idempotent sequences; transactional batches)."""
+    """Produce (acks 0, 1, all; idempotent sequences; transactional batches) in four
+    steps: decode (the hand codec, before the handler), validate, append, encode."""
 
     def __init__(
         self,
@@ -103,41 +125,60 @@ class ProduceApis:
         return {PRODUCE: self.handle_produce}
 
     def handle_produce(self, ctx: RequestContext) -> None:
-        req = ctx.body
-        acks = int(req.acks)
-        by_id = ctx.api_version >= 13
-        # (topic key, [(partition index, its TopicPartition or None, result)])
-        results: list[tuple[Any, list[tuple[int, TopicPartition | None, AppendResult]]]] = []
-        # A transactional producer needs Write on its transactional id (KIP-98).
-        txn_denied = req.transactional_id is not None and not ctx.authorized(
-            AclOperation.WRITE, AclResourceType.TRANSACTIONAL_ID, req.transactional_id
-        )
-        for topic in req.topic_data:
-            key = topic.topic_id if by_id else topic.name
-            name = self.cache.topic_name(topic.topic_id) if by_id else topic.name
-            writable = name is not None and ctx.authorized(
-                AclOperation.WRITE, AclResourceType.TOPIC, name
+        request: ProduceRequestData = ctx.body
+        produce = self.validate(ctx, request)
+        self.append(produce, request.acks, ctx.api_version)
+        self.answer(ctx, request, produce)
+
+    def validate(self, ctx: RequestContext, request: ProduceRequestData) -> list[ProducePartition]:
+        """Every partition of the request, those that may not be appended already answered
+        (acks, the transactional id's and topics' WRITE authorization, unknown topic ids)."""
+        acks = request.acks
+        by_id = ctx.api_version >= TOPIC_ID_SINCE
+        refused: AppendResult | None = None
+        if acks not in (0, 1, -1):
+            refused = AppendResult(
+                ErrorCode.invalid_required_acks, f"acks={acks} is not 0, 1 or -1"
             )
-            partitions: list[tuple[int, TopicPartition | None, AppendResult]] = []
+        elif request.transactional_id is not None and not ctx.authorized(
+            AclOperation.WRITE, AclResourceType.TRANSACTIONAL_ID, request.transactional_id
+        ):  # a transactional producer needs Write on its transactional id (KIP-98)
+            refused = AppendResult(ErrorCode.transactional_id_authorization_failed)
+        produce: list[ProducePartition] = []
+        for topic in request.topic_data:
+            key: str | uuid.UUID | None = topic.name
+            name = topic.name
+            if by_id:  # v13+: the codec read an id, no name
+                key = topic_id = cast(uuid.UUID, topic.topic_id)
+                name = self.cache.topic_name(topic_id)
+            outcome = refused
+            if outcome is None:
+                if name is None:
+                    outcome = AppendResult(ErrorCode.unknown_topic_id, "unknown topic id")
+                elif not ctx.authorized(AclOperation.WRITE, AclResourceType.TOPIC, name):
+                    outcome = AppendResult(ErrorCode.topic_authorization_failed)
             for pd in topic.partition_data:
                 tp = TopicPartition(name, pd.index) if name is not None else None
-                if acks not in (0, 1, -1):
-                    result = AppendResult(
-                        ErrorCode.invalid_required_acks, f"acks={acks} is not 0, 1 or -1"
-                    )
-                elif txn_denied:
-                    result = AppendResult(ErrorCode.transactional_id_authorization_failed, None)
-                elif tp is None:
-                    result = AppendResult(ErrorCode.unknown_topic_id, "unknown topic id")
-                elif not writable:
-                    result = AppendResult(ErrorCode.topic_authorization_failed, None)
-                else:
-                    result = self.replica_manager.append(tp, pd.records, acks, ctx.api_version)
-                partitions.append((pd.index, tp, result))
-            results.append((key, partitions))
+                produce.append(ProducePartition(key, pd.index, tp, pd.records, outcome))
+        return produce
+
+    def append(self, produce: list[ProducePartition], acks: int, version: int) -> None:
+        """Append every partition not refused yet, as leader, on one clock reading."""
+        now_ms = int(time.time() * 1000)
+        append = self.replica_manager.append
+        for p in produce:
+            if p.result is None and p.tp is not None:
+                p.result = append(p.tp, p.records, acks, version, now_ms)
+
+    def answer(
+        self, ctx: RequestContext, request: ProduceRequestData, produce: list[ProducePartition]
+    ) -> None:
+        """Answer now (acks 0 and 1, or nothing to wait for) or once the ISR has the
+        records (acks=all, in the produce purgatory)."""
+        acks = request.acks
         if acks == 0:
             # Kafka closes the connection so an acks=0 producer notices a failed write.
-            if any(r.error is not ErrorCode.none for _, ps in results for _, _, r in ps):
+            if any(cast(AppendResult, p.result).error is not ErrorCode.none for p in produce):
                 log.info(
                     "closing acks=0 connection after a failed produce",
                     connection=ctx.request.connection_id,
@@ -147,64 +188,41 @@ class ProduceApis:
                 ctx.respond_nothing()
             return
         waiting = {
-            tp: result.info.last_offset + 1
-            for _, ps in results
-            for _, tp, result in ps
-            if acks == -1 and tp is not None and result.info is not None
+            p.tp: p.result.info.last_offset + 1
+            for p in produce
+            if acks == -1 and p.tp is not None and p.result is not None and p.result.info
         }
         if not waiting or self.produce_purgatory is None:
-            self._respond(ctx, results)
+            respond(ctx, produce)
             return
-        delayed = DelayedProduce(self, ctx, results, waiting, req.timeout.total_seconds() * 1000.0)
+        delayed = DelayedProduce(self, ctx, produce, waiting, request.timeout_ms)
         self.produce_purgatory.try_complete_else_watch(delayed, list(waiting))
 
-    def _respond(
-        self,
-        ctx: RequestContext,
-        results: list[tuple[Any, list[tuple[int, TopicPartition | None, AppendResult]]]],
-    ) -> None:
-        by_id = ctx.api_version >= 13
-        topics_out = []
-        for key, partitions in results:
-            partitions_out = []
-            for index, _tp, result in partitions:
-                info = result.info
-                partitions_out.append(
-                    ctx.make(
-                        "PartitionProduceResponse",
-                        index=index,
-                        error_code=result.error,
-                        error_message=result.message,
-                        base_offset=info.first_offset if info else -1,
-                        log_append_time=_ms_to_datetime(info.log_append_time_ms) if info else None,
-                        log_start_offset=info.log_start_offset if info else -1,
-                        record_errors=self._record_errors(ctx, result),
-                    )
-                )
-            topics_out.append(
-                ctx.make(
-                    "TopicProduceResponse",
-                    name=None if by_id else key,
-                    topic_id=key if by_id else None,
-                    partition_responses=tuple(partitions_out),
-                )
-            )
-        ctx.respond(ctx.make_response(responses=tuple(topics_out), node_endpoints=()))
 
-    @staticmethod
-    def _record_errors(ctx: RequestContext, result: AppendResult) -> tuple[Any, ...]:
-        """The refused records of a partition, for Produce v8+ (older versions lack them)."""
-        if ctx.api_version < RECORD_ERRORS_SINCE_VERSION:
-            return ()
-        return tuple(
-            ctx.make(
-                "BatchIndexAndErrorMessage", batch_index=index, batch_index_error_message=message
+def respond(ctx: RequestContext, produce: list[ProducePartition]) -> None:
+    """Encode the response straight to bytes and send it."""
+    version = ctx.api_version
+    by_id = version >= TOPIC_ID_SINCE
+    errors_wanted = version >= RECORD_ERRORS_SINCE_VERSION
+    topics: dict[Any, TopicResult] = {}
+    for p in produce:
+        topic = topics.get(p.key)
+        if topic is None:
+            topic = topics[p.key] = TopicResult(
+                None if by_id else cast(str, p.key),
+                cast(uuid.UUID, p.key) if by_id else None,
             )
-            for index, message in result.record_errors
+        result = cast(AppendResult, p.result)  # every partition has one once appended
+        info = result.info
+        topic.partitions.append(
+            PartitionResult(
+                p.index,
+                result.error,
+                info.first_offset if info else -1,
+                info.log_append_time_ms if info else -1,
+                info.log_start_offset if info else -1,
+                result.message,
+                result.record_errors if errors_wanted else (),
+            )
         )
-
-
-def _ms_to_datetime(ms: int) -> datetime.datetime | None:
-    if ms < 0:
-        return None
-    return datetime.datetime.fromtimestamp(ms / 1000.0, tz=datetime.UTC)
+    ctx.respond_pieces([encode_produce_response(version, list(topics.values()))])

@@ -269,32 +269,43 @@ class ReplicaManager:
 
     # append --------------------------------------------------------------------------
     def append(
-        self, tp: TopicPartition, records: bytes | None, acks: int, produce_version: int
+        self,
+        tp: TopicPartition,
+        records: bytes | None,
+        acks: int,
+        produce_version: int,
+        now_ms: int | None = None,
     ) -> AppendResult:
         """Check and append one partition's records as leader.
 
         The batches are validated as Kafka's LogValidator does (see
-        ``protocol.record_validation``); when one is refused, none is appended.
-        With ``acks=-1`` the ISR must hold ``min.insync.replicas`` replicas; every replica
-        in the ISR has the records once they are appended (replication comes later), so
-        the answer is immediate.
+        ``protocol.record_validation``) against the topic's cached :class:`LogSettings`;
+        when one is refused, none is appended. With ``acks=-1`` the ISR must hold
+        ``min.insync.replicas`` replicas. ``now_ms`` is the request's clock (read once per
+        request by the caller).
         """
         try:
             partition = self.leader_partition(tp)
+            settings = self.log_configs.log_settings(tp.topic)
             if acks == -1:
-                self._check_min_isr(tp)
+                self._check_min_isr(tp, partition, settings.min_insync_replicas)
             if not records:
                 raise KafkaError(ErrorCode.corrupt_message, "produce request has no records")
             batches = scan_batches(records)
-            max_bytes = self.log_configs.max_message_bytes(tp.topic)
+            max_bytes = settings.max_message_bytes
             for batch in batches:
                 if batch.size > max_bytes:
                     raise InvalidRecordError(
                         ErrorCode.message_too_large,
                         f"batch of {batch.size} bytes exceeds max.message.bytes {max_bytes}",
                     )
-            policy = self._validation_policy(tp, produce_version)
-            validate_batches(records, batches, policy, _now_ms())
+            policy = ValidationPolicy(
+                produce_version=produce_version,
+                log_append_time=settings.log_append_time,
+                timestamp_difference_max_ms=settings.message_timestamp_difference_max_ms,
+                compacted_partition=str(tp) if settings.compact else None,
+            )
+            validate_batches(records, batches, policy, _now_ms() if now_ms is None else now_ms)
             info = partition.append_records_as_leader(records, batches)
         except KafkaError as exc:
             log.debug("append refused", partition=str(tp), error=exc.code.name, reason=exc.message)
@@ -311,19 +322,9 @@ class ReplicaManager:
         self.fetch_purgatory.check_and_complete(tp)
         return AppendResult(info=info)
 
-    def _validation_policy(self, tp: TopicPartition, produce_version: int) -> ValidationPolicy:
-        topic = tp.topic
-        return ValidationPolicy(
-            produce_version=produce_version,
-            log_append_time=self.log_configs.log_append_time(topic),
-            timestamp_difference_max_ms=self.log_configs.timestamp_difference_max_ms(topic),
-            compacted_partition=str(tp) if self.log_configs.compacted(topic) else None,
-        )
-
-    def _check_min_isr(self, tp: TopicPartition) -> None:
-        partition = self.log_manager.get(tp)
-        isr = partition.isr if partition is not None else ()
-        required = self.log_configs.min_insync_replicas(tp.topic)
+    @staticmethod
+    def _check_min_isr(tp: TopicPartition, partition: Partition, required: int) -> None:
+        isr = partition.isr
         if len(isr) < required:
             raise KafkaError(
                 ErrorCode.not_enough_replicas,
@@ -452,7 +453,7 @@ class ReplicaManager:
             return exc.code
         if partition.high_watermark < required_offset:
             return None
-        if len(partition.isr) < self.log_configs.min_insync_replicas(tp.topic):
+        if len(partition.isr) < self.log_configs.log_settings(tp.topic).min_insync_replicas:
             return ErrorCode.not_enough_replicas_after_append
         return ErrorCode.none
 
@@ -474,7 +475,8 @@ class ReplicaManager:
         offset may have moved)."""
         try:
             partition = self.leader_partition(tp)
-            self._check_min_isr(tp)
+            required = self.log_configs.log_settings(tp.topic).min_insync_replicas
+            self._check_min_isr(tp, partition, required)
             partition.append_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
         except KafkaError as exc:
             log.debug(
