@@ -575,9 +575,13 @@ class Processor:
             self._release_slot(conn.peer[0])
 
     def enqueue_response(self, response: Response) -> None:
-        """Hand a response to this Processor (thread-safe)."""
+        """Hand a response to this Processor (thread-safe; from its own thread, for a
+        request it handled itself, without waking the loop)."""
         with self._count_lock:
             self.response_queue_size += 1
+        if threading.get_ident() == self._thread.ident:
+            self.loop.call_soon(self._send_response, response)
+            return
         # A closed loop means the connection is gone with its Processor.
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(self._send_response, response)

@@ -3,6 +3,11 @@
 Kafka's back-pressure lives here: ``send_request`` blocks the calling Processor while the
 queue is full. Each Plane (KIP-291) has its own channel, sized by the plane, and the channel
 registers the plane's queue gauges.
+
+A plane may serve some APIs on its Processors (the data plane's Produce): their requests
+are handled at once on the Processor's thread instead of queued. In Python the hand-off to a
+handler thread and back (two thread switches and GIL hand-overs each way) costs more than
+handling a small Produce; the control plane keeps its own Processor, queue and handler.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -104,6 +109,14 @@ class RequestChannel:
         self.queue_size = plane.queue_size
         self._queue: queue.Queue[Request | _Shutdown] = queue.Queue(maxsize=plane.queue_size)
         self.processors: list[PlaneProcessor] = []  # the plane's Processors, for the gauges
+        self._on_processor: dict[int, Callable[[Request], None]] = {}
+
+    def serve_on_processors(
+        self, api_keys: Iterable[int], handle: Callable[[Request], None]
+    ) -> None:
+        """Handle requests of ``api_keys`` with ``handle`` on the Processor that read them."""
+        for key in api_keys:
+            self._on_processor[key] = handle
 
     def register_gauges(self, metrics: BrokerMetrics) -> None:
         """The plane's KIP-291 gauges: its request queue, its Processors' response queues
@@ -126,8 +139,14 @@ class RequestChannel:
         )
 
     def send_request(self, request: Request) -> None:
-        """Enqueue a request, blocking while the queue is full."""
-        self._queue.put(request)
+        """Enqueue a request, blocking while the queue is full; one of an API served on the
+        Processors is handled at once, on the calling thread."""
+        handle = self._on_processor.get(request.header.api_key)
+        if handle is None:
+            self._queue.put(request)
+            return
+        request.dequeue_ns = time.monotonic_ns()
+        handle(request)
 
     def receive_request(self, timeout: float | None = None) -> Request | _Shutdown | None:
         """Next request, ``SHUTDOWN``, or ``None`` when ``timeout`` passed with nothing."""

@@ -41,7 +41,7 @@ from kplane.broker.network.broker_channels import BrokerChannelManager
 from kplane.broker.network.connection_quotas import ConnectionQuotas
 from kplane.broker.network.plane import Plane, planes
 from kplane.broker.network.plane_priority import ControlPlanePriority
-from kplane.broker.network.request_channel import RequestChannel
+from kplane.broker.network.request_channel import Request, RequestChannel
 from kplane.broker.network.socket_server import SocketServer, SocketServerConfig, log_listener_bound
 from kplane.broker.network.tls import server_tls
 from kplane.broker.security.authorizer import authorizer_from_config
@@ -92,10 +92,14 @@ from kplane.broker.transaction.state_manager import TransactionStateManager
 from kplane.broker.utils.purgatory import DelayedOperationPurgatory
 from kplane.broker.utils.scheduler import KafkaScheduler
 from kplane.broker.utils.timer import SystemTimer
+from kplane.protocol.api_keys import ApiKey
 
 log = structlog.get_logger(__name__)
 
 SHUTDOWN_DRAIN_SECONDS = 3.0
+PROCESSOR_APIS = frozenset({ApiKey.PRODUCE})
+"""Data-plane APIs handled on the Processor that read the request (see RequestChannel):
+Produce never waits on a peer or a lock held for long, and answers or parks at once."""
 
 
 class KafkaServer:
@@ -676,6 +680,15 @@ class KafkaServer:
 
     def _handler_pool(self, channel: RequestChannel) -> RequestHandlerPool:
         plane = channel.plane
+        if not plane.is_control:
+            priority = self.priority
+
+            def on_processor(request: Request) -> None:
+                if priority is not None:
+                    priority.yield_to_control()  # as a data-plane handler thread does
+                self.apis.handle(request, channel)
+
+            channel.serve_on_processors(PROCESSOR_APIS, on_processor)
         threads = plane.handler_threads
         meter = self.metrics.idle_meter(
             plane.handler_idle_metric, {"plane": plane.name}, pool_size=threads
