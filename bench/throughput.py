@@ -556,6 +556,8 @@ def make_target(name: str, args: argparse.Namespace) -> Target:
         # (removed by stop) or in memory; argv is read when the target starts.
         storage = KPLANE_STORAGE[name]
         target.argv += ["--override", f"kplane.log.storage={storage}"]
+        for override in args.kplane_override:
+            target.argv += ["--override", override]
         target.name = name
         target.info["storage"] = (
             f"file: segments under log.dirs={target.data_dir} (removed afterwards)"
@@ -1090,6 +1092,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--kplane-config",
         default="configs/server.properties",
         help="server.properties for kplane (relative to the repo root)",
+    )
+    ap.add_argument(
+        "--kplane-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for every kplane target (repeatable)",
     )
     ap.add_argument(
         "--no-install",

@@ -398,3 +398,29 @@ def test_data_plane_threads_can_give_way_to_the_control_plane(broker_factory) ->
     assert data_handlers and all(nice(t) == mine + 7 for t in data_handlers)
     control = [t for t in broker.request_handlers("control") if t.native_id]
     assert control and all(nice(t) == mine for t in control)
+
+
+@pytest.mark.parametrize(
+    ("control_plane", "setting", "role"),
+    [
+        (True, "auto", "network-thread"),
+        (False, "auto", "request-handler"),
+        (False, "true", "network-thread"),
+        (True, "false", "request-handler"),
+    ],
+)
+def test_where_produce_is_handled(broker_factory, control_plane, setting, role) -> None:
+    """``kplane.produce.on.network.threads``: on the data-plane network thread that read the
+    request (auto: with a control-plane listener), else on a request handler; either way the
+    answer is the same."""
+    overrides = dict(CONTROLLER_OVERRIDES) if control_plane else {}
+    overrides["kplane.produce.on.network.threads"] = setting
+    broker = broker_factory(overrides)
+    broker.create_topic("where", 1)
+    threads: list[str] = []
+    broker.on_request("Produce", lambda _info: threads.append(threading.current_thread().name))
+    with broker.wire("PLAINTEXT") as data:
+        assert _produce_error(data, "where") == ErrorCode.none
+        assert _produce_error(data, "where") == ErrorCode.none
+    assert len(threads) == 2
+    assert all(name.startswith(f"data-plane-kafka-{role}-") for name in threads), threads
