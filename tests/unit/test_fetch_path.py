@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.static.primitive import i32, i64
 
 from kplane.broker.log.partition import ReplicaAssignment, TopicPartition
 from kplane.broker.network.request_channel import Response
@@ -30,22 +29,16 @@ def request(
     min_bytes: int = 0,
     replica_id: int = -1,
 ) -> FetchRequest:
-    return FetchRequest(
-        replica_id=i32(replica_id),
+    partition = api.make(
+        FetchPartition, partition=0, fetch_offset=offset, partition_max_bytes=1 << 20
+    )
+    return api.make(
+        FetchRequest,
+        replica_id=replica_id,
         max_wait=datetime.timedelta(milliseconds=max_wait_ms),
-        min_bytes=i32(min_bytes),
-        max_bytes=i32(1 << 20),
-        topics=(
-            FetchTopic(
-                topic=topic,
-                partitions=(
-                    FetchPartition(
-                        partition=i32(0), fetch_offset=i64(offset), partition_max_bytes=i32(1 << 20)
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
+        min_bytes=min_bytes,
+        max_bytes=1 << 20,
+        topics=(api.make(FetchTopic, topic=topic, partitions=(partition,)),),
     )
 
 
