@@ -233,20 +233,20 @@ class Bench:
             time.sleep(0.2)
         raise PhaseFailed(f"topics not ready after creation: {missing}")
 
-    def warmup(self, producer: Any) -> None:
-        """One record to the warm-up topic so connections and metadata exist."""
+    def warmup(self, producer: Any, *topics: str) -> None:
+        """One record to the warm-up topic (and to each of ``topics``) so connections and
+        metadata exist before the clock starts."""
         done: list[Any] = []
-        producer.produce(
-            self.topics["warmup"],
-            b"warmup",
-            partition=0,
-            on_delivery=lambda err, msg: done.append(err),
-        )
+        for topic in (self.topics["warmup"], *topics):
+            producer.produce(
+                topic, b"warmup", partition=0, on_delivery=lambda err, msg: done.append(err)
+            )
         left = self.flush(producer, 20)
-        if left or not done:
-            raise PhaseFailed("warm-up record not delivered within 20 s")
-        if done[0] is not None:
-            raise PhaseFailed(f"warm-up record failed: {done[0]}")
+        if left or len(done) < 1 + len(topics):
+            raise PhaseFailed("warm-up records not delivered within 20 s")
+        failed = [err for err in done if err is not None]
+        if failed:
+            raise PhaseFailed(f"warm-up record failed: {failed[0]}")
 
     # -- phases --------------------------------------------------------------
 
@@ -483,8 +483,8 @@ class Bench:
         )
         left = -1
         try:
-            self.warmup(p)
             topic = self.topics["latency"]
+            self.warmup(p, topic)
             payload = self.payload_1k
             produce = p.produce
             partial = functools.partial
