@@ -63,10 +63,6 @@ def assignment_of(
     return out
 
 
-def partition_count(assignment: Assignment) -> int:
-    return sum(len(p) for p in assignment.values())
-
-
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupMember:
     """One member; replaced whole on every change (Kafka's immutable member)."""

@@ -128,6 +128,7 @@ class GroupConfigManager:
         return str(self._broker().get(definition.broker_default))
 
     def overrides(self, group_id: str) -> dict[str, str]:
+        """The group's own configs (read once, until a change notification names it)."""
         with self._lock:
             cached = self._cache.get(group_id)
         if cached is None:
