@@ -85,6 +85,24 @@ def proc_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def proc_context_switches(pid: int) -> int | None:
+    """Voluntary and involuntary context switches so far of every thread of PID."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if "ctxt_switches:" in line:
+                        total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
 def proc_children(pid: int) -> list[int]:
     """Direct and indirect child pids of PID, from /proc/PID/task/*/children."""
     found: list[int] = []
@@ -590,4 +608,3 @@ def emit_json(result: dict[str, Any], out: str | None) -> None:
     print(text)
     if out:
         Path(out).write_text(text + "\n")
-

@@ -10,7 +10,9 @@ repetition, it delivered under 90 % of the offered rate or its p99 passed
 ``--saturation-ms``).
 
 Reported per target and rate: the medians over ``--repeat`` runs of p50 and p99 (each run
-kept beside them) and of the rate achieved; per target, the highest rate held (median p99
+kept beside them), of the rate achieved, and of the broker process's CPU time and context
+switches per request (from ``/proc``; none for the in-process mock), which a busy machine
+moves much less than latency; per target, the highest rate held (median p99
 at most ``--p99-limit-ms``, at least 90 % of the offered rate delivered); per rate, kplane's
 p50 and p99 over Tansu's. ``issue27`` checks the targets of the per-request-cost issue: at
 5,000 and 8,000 requests/s kplane's p50 at most 2x Tansu's (or at most 2 ms) and its p99 at
@@ -92,6 +94,10 @@ def summarise(runs: dict[int, list[dict[str, Any]]], limit_ms: float) -> dict[st
             "p50_ms": _median(done, "p50_ms"),
             "p99_ms": p99,
             "achieved_rate": achieved,
+            "broker_cpu_us_per_request": _median(done, "broker_cpu_us_per_request"),
+            "broker_context_switches_per_request": _median(
+                done, "broker_context_switches_per_request"
+            ),
             "runs": [
                 {k: r.get(k) for k in ("p50_ms", "p99_ms", "max_ms", "achieved_rate", "valid")}
                 for r in done
@@ -161,7 +167,9 @@ def sweep(args: argparse.Namespace, runs: list[TargetRun]) -> dict[str, dict[int
                 results[tr.name][rate].append(run)
                 log(
                     f"   {tr.name} at {rate}/s (run {repetition + 1}): p50 {run['p50_ms']} ms, "
-                    f"p99 {run['p99_ms']} ms, achieved {run['achieved_rate']}/s"
+                    f"p99 {run['p99_ms']} ms, achieved {run['achieved_rate']}/s, broker "
+                    f"{run['broker_cpu_us_per_request']} us CPU and "
+                    f"{run['broker_context_switches_per_request']} context switches a request"
                 )
                 if repetition == 0 and _saturated(run, rate, args.saturation_ms):
                     ceiling[tr.name] = rate

@@ -75,6 +75,8 @@ from _baselines import (
     TargetError,
     Throttled,
     emit_json,
+    proc_context_switches,
+    proc_cpu_seconds,
     produce_paced,
 )
 
@@ -232,6 +234,15 @@ class Bench:
                 return
             time.sleep(0.2)
         raise PhaseFailed(f"topics not ready after creation: {missing}")
+
+    def broker_cost(self) -> tuple[float, int] | None:
+        """The broker process's CPU seconds and context switches so far (None when the
+        target runs in this process)."""
+        pid = self.target.pid
+        if pid is None:
+            return None
+        cpu, switches = proc_cpu_seconds(pid), proc_context_switches(pid)
+        return None if cpu is None or switches is None else (cpu, switches)
 
     def warmup(self, producer: Any, *topics: str) -> None:
         """One record to the warm-up topic (and to each of ``topics``) so connections and
@@ -485,6 +496,7 @@ class Bench:
         try:
             topic = self.topics["latency"]
             self.warmup(p, topic)
+            cost_before = self.broker_cost()
             payload = self.payload_1k
             produce = p.produce
             partial = functools.partial
@@ -504,6 +516,7 @@ class Bench:
                 self.tick()
             send_end = clock()
             left = self.flush(p, 30)
+            cost_after = self.broker_cost()
         finally:
             _discard(p, left)
         del p
@@ -532,7 +545,21 @@ class Bench:
             "max_ms": round(ms[-1], 3) if ms else None,
             "mean_ms": round(sum(ms) / len(ms), 3) if ms else None,
             "valid": nerr[0] == 0 and left == 0 and len(ms) == sent,
+            **_per_request(cost_before, cost_after, sent),
         }
+
+
+def _per_request(
+    before: tuple[float, int] | None, after: tuple[float, int] | None, requests: int
+) -> dict[str, float | None]:
+    """The broker's CPU and context switches per request between two ``broker_cost``
+    readings (None for an in-process target): machine load moves latency, much less these."""
+    if before is None or after is None or requests <= 0:
+        return {"broker_cpu_us_per_request": None, "broker_context_switches_per_request": None}
+    return {
+        "broker_cpu_us_per_request": round((after[0] - before[0]) / requests * 1e6, 1),
+        "broker_context_switches_per_request": round((after[1] - before[1]) / requests, 2),
+    }
 
 
 def _discard(producer: Any, left: int) -> None:
