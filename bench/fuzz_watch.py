@@ -60,30 +60,25 @@ class Broker:
             return False
         return "\nState:\tZ" not in status
 
-    def fd_targets(self) -> Counter[str]:
-        """What the open fds point at: ``socket``, ``pipe``, anon inodes, file paths."""
-        targets: Counter[str] = Counter()
+    def _fd_links(self) -> list[str]:
+        """Where each open fd points (``socket:[inode]``, a path, ...)."""
+        links = []
         fd_dir = Path(f"/proc/{self.pid}/fd")
         for entry in os.listdir(fd_dir):
             try:
-                target = os.readlink(fd_dir / entry)
+                links.append(os.readlink(fd_dir / entry))
             except OSError:
                 continue
-            targets[target.split(":[", 1)[0] if ":[" in target else target] += 1
-        return targets
+        return links
+
+    def fd_targets(self) -> Counter[str]:
+        """What the open fds point at: ``socket``, ``pipe``, anon inodes, file paths."""
+        return Counter(t.split(":[", 1)[0] if ":[" in t else t for t in self._fd_links())
 
     def sockets(self) -> Counter[str]:
         """The broker's TCP sockets as ``STATE listener-port->peer`` or
         ``STATE local->peer-port`` (the side that names a listener), to tell what grew."""
-        inodes = set()
-        fd_dir = Path(f"/proc/{self.pid}/fd")
-        for entry in os.listdir(fd_dir):
-            try:
-                target = os.readlink(fd_dir / entry)
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
+        inodes = {t[8:-1] for t in self._fd_links() if t.startswith("socket:[")}
         ports = {port for _, port in self.listeners.values()}
         found: Counter[str] = Counter()
         for table in ("tcp", "tcp6"):

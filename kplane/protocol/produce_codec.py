@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kplane.protocol.body_scan import MalformedBody
+from kplane.protocol.body_scan import MalformedBody, uvarint, write_uvarint
 
 __all__ = (
     "PartitionProduceData",
@@ -112,20 +112,8 @@ class _Reader:
         return start
 
     def uvarint(self) -> int:
-        buf, pos, end = self.buf, self.pos, self.end
-        value = shift = 0
-        while True:
-            if pos >= end:
-                raise MalformedBody("truncated unsigned varint")
-            byte = buf[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                self.pos = pos
-                return value
-            shift += 7
-            if shift > 28:
-                raise MalformedBody("unsigned varint longer than 5 bytes")
+        value, self.pos = uvarint(self.buf, self.pos, self.end)
+        return value
 
     def length(self, flexible: bool, wide: bool, what: str) -> int:
         """A length or count (compact: uvarint minus one; else int16/int32); -1 is null."""
@@ -200,24 +188,15 @@ def decode_produce_request(
     return ProduceRequestData(transactional_id, int(acks), int(timeout_ms), tuple(topics))
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _length(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
+    return write_uvarint(n + 1) if flexible else _I32.pack(n)
 
 
 def _string(value: str | None, flexible: bool) -> bytes:
     if value is None:
         return b"\x00" if flexible else b"\xff\xff"
     data = value.encode()
-    return (_uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
+    return (write_uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
 
 
 def encode_produce_response(
