@@ -97,7 +97,7 @@ class _Reader:
 
     __slots__ = ("buf", "end", "pos")
 
-    def __init__(self, buf: bytes | bytearray | memoryview, pos: int) -> None:
+    def __init__(self, buf: bytes, pos: int) -> None:
         self.buf = buf
         self.pos = pos
         self.end = len(buf)
@@ -157,9 +157,7 @@ class _Reader:
             self.take(self.uvarint(), "tagged field")
 
 
-def decode_produce_request(
-    version: int, buf: bytes | bytearray | memoryview, offset: int
-) -> ProduceRequestData:
+def decode_produce_request(version: int, buf: bytes, offset: int) -> ProduceRequestData:
     """The Produce request body at ``buf[offset:]``; MalformedBody when it does not fit."""
     flexible = version >= FLEXIBLE_SINCE
     by_id = version >= TOPIC_ID_SINCE
