@@ -607,3 +607,31 @@ def test_group_size_limit_and_session_expiry(broker_factory: Callable[..., Runni
     # The first member never heartbeats again: group.consumer.session.timeout.ms fences it.
     wait_until(lambda: describe(broker, group).group_state == "Empty", 30, "the session expiry")
     assert join(broker, group, "second", (topic,)).error_code == ErrorCode.none
+
+
+def test_bad_heartbeats_get_kafkas_errors(kip848_broker: RunningBroker) -> None:
+    def heartbeat(**fields: Any) -> ErrorCode:
+        values: dict[str, Any] = {
+            "group_id": "g-bad",
+            "member_id": "m-bad",
+            "member_epoch": 0,
+            "rebalance_timeout": datetime.timedelta(seconds=30),
+            "subscribed_topic_names": (),
+            "topic_partitions": (),
+            **fields,
+        }
+        with kip848_broker.wire() as wire:
+            request = api.make(api.request_class(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1), **values)
+            return ErrorCode(wire.request(request).error_code)
+
+    assert heartbeat(subscribed_topic_regex="(a") == ErrorCode.invalid_regular_expression
+    assert heartbeat(subscribed_topic_regex="(a+)+") == ErrorCode.invalid_regular_expression
+    assert heartbeat(server_assignor="sticky") == ErrorCode.unsupported_assignor
+    assert heartbeat(rebalance_timeout=datetime.timedelta(milliseconds=-1)) == (
+        ErrorCode.invalid_request
+    )
+    assert heartbeat(member_epoch=-3) == ErrorCode.invalid_request
+    assert heartbeat(member_id="") == ErrorCode.invalid_request
+    assert heartbeat(member_epoch=5) == ErrorCode.group_id_not_found
+    assert heartbeat(server_assignor="range") == ErrorCode.none
+    assert heartbeat(member_epoch=7) == ErrorCode.fenced_member_epoch

@@ -22,6 +22,13 @@ from kplane.protocol.errors import ErrorCode
 log = structlog.get_logger(__name__)
 
 _MEMBER_TYPE_CONSUMER = 1
+_BAD_INPUT = (
+    ErrorCode.invalid_request,
+    ErrorCode.invalid_regular_expression,
+    ErrorCode.unsupported_assignor,
+)
+"""Refusals of a request no client should send: a warning; the protocol's own (fenced, an
+unknown member) are logged as information."""
 
 
 def _ms(value: datetime.timedelta | int) -> int:
@@ -87,7 +94,15 @@ class ConsumerGroupApis:
                     client_host=f"/{ctx.request.client_host}",
                 )
             )
-        if result.error is not ErrorCode.none and result.error is not ErrorCode.not_coordinator:
+        if result.error in _BAD_INPUT:
+            log.warning(
+                "consumer group heartbeat refused",
+                group=req.group_id,
+                member=req.member_id,
+                error=result.error.name,
+                message=result.message,
+            )
+        elif result.error not in (ErrorCode.none, ErrorCode.not_coordinator):
             log.info(
                 "consumer group heartbeat refused",
                 group=req.group_id,
