@@ -1,6 +1,7 @@
 """A replica moving between log dirs (KIP-113) in a LogManager of two file log dirs: a
 truncation of the current log during the copy reaches the future log, so the log swapped in
-holds what the current log holds; asking for the dir the replica is in stops the move."""
+holds what the current log holds; asking for the dir the replica is in stops the move, and
+asking again starts it over."""
 
 from __future__ import annotations
 
@@ -88,3 +89,10 @@ def test_asking_for_the_dir_it_is_in_stops_the_move(move: Move) -> None:
     assert not move.manager.alter_log_dir(TP, str(source))
     assert move.manager.future_log(TP) is None
     assert not list(target.glob("moving-0.*-future")) and move.where() == source
+
+    # Asked again, the move starts over and ends.
+    expected = values(move.partition.log)
+    move.rate = UNLIMITED
+    assert move.manager.alter_log_dir(TP, str(target))
+    _until(lambda: move.manager.future_log(TP) is None, "the second move done")
+    assert move.where() == target and values(move.partition.log) == expected

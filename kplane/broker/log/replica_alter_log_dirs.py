@@ -113,7 +113,9 @@ class ReplicaAlterLogDirsManager:
                 self._log_manager.abort_future_log(tp)
                 step = Step.DONE
             with self._wake:
-                if step is Step.DONE:
+                # Done, unless a new move of the partition began meanwhile (``add`` found it
+                # queued): that one goes on from this entry.
+                if step is Step.DONE and self._log_manager.future_log(tp) is None:
                     self._queued.discard(tp)
                     continue
                 self._pending.append(tp)
