@@ -163,7 +163,9 @@ class Driver:
         port = writer.get_extra_info("sockname")[1]
         self.tally.ports.setdefault(port, []).append((time.time(), conn))
         try:
-            if plan.style == "pipeline" and not any(f.api_key in PARKABLE for f in plan.frames):
+            if plan.style == "pipeline" and not any(
+                f.sent_api_key in PARKABLE for f in plan.frames
+            ):
                 await self._pipeline(conn, plan.frames, reader, writer)
                 return
             for i, frame in enumerate(plan.frames):
@@ -189,7 +191,8 @@ class Driver:
             outcome = await asyncio.wait_for(_wait(reader, writer, frame, style, probe),
                                              self.timeout)
         except TimeoutError:
-            hang = "parked" if frame.api_key in PARKABLE else "hung"
+            # what the broker parks is what the bytes name, not what the frame was meant to be
+            hang = "parked" if frame.sent_api_key in PARKABLE else "hung"
             self.tally.record_hang(conn, style, [frame], hang)
             return False
         except (OSError, RuntimeError):  # RuntimeError: uvloop's write on a closed socket

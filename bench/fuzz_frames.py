@@ -41,6 +41,14 @@ class Frame:
     data: bytes
 
     @property
+    def sent_api_key(self) -> int | None:
+        """The api key as the bytes carry it (a mutation may have changed it), or None for
+        a too-short frame."""
+        if len(self.data) < 6:
+            return None
+        return int(struct.unpack_from(">h", self.data, 4)[0])
+
+    @property
     def correlation_id(self) -> int | None:
         """The correlation id as the bytes carry it, or None for a too-short frame."""
         if len(self.data) < 12:
