@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import time
 from collections.abc import Callable, Mapping
 
 import structlog
@@ -28,6 +29,7 @@ def settle_heap(served: Mapping[int, range], stop: Callable[[], bool]) -> None:
     which showed as 40 ms produce-latency spikes). A signal (``stop``) cuts it short.
     Test fixtures leave it out: frozen objects are never collected, and a test process
     starts hundreds of brokers."""
+    started = time.monotonic()
     try:
         api.warm(dict(served), stop)
     except OSError as exc:  # no descriptor to read a module with (EMFILE): load them later
@@ -37,3 +39,4 @@ def settle_heap(served: Mapping[int, range], stop: Callable[[], bool]) -> None:
         return
     gc.collect()
     gc.freeze()
+    log.info("schemas loaded, start-up heap frozen", seconds=round(time.monotonic() - started, 2))
