@@ -330,14 +330,8 @@ class KafkaMetadataClient:
             ids = self.store.get_children("/brokers/ids")
         except NoNodeError:
             return []
-        brokers = []
-        for text in ids:
-            try:
-                data, _ = self.store.get(f"/brokers/ids/{text}")
-            except NoNodeError:
-                continue
-            brokers.append(BrokerRegistration.from_json(int(text), data))
-        return sorted(brokers, key=lambda b: b.broker_id)
+        found = (self.get_broker(int(text)) for text in ids)  # one may go meanwhile
+        return sorted((b for b in found if b is not None), key=lambda b: b.broker_id)
 
     # topics --------------------------------------------------------------------------
     def get_topics(self) -> list[str]:
