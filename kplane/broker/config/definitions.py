@@ -505,6 +505,30 @@ _DECLARED: tuple[ActedOn | ConfigDef, ...] = (
     ActedOn("group.consumer.assignors",
             "Server-side assignors of consumer-protocol groups, uniform and range (by name "
             "or Kafka's class name); the first is used when members name none."),
+    ActedOn("group.share.enable",
+            "Serve share groups (KIP-932): ShareGroupHeartbeat, ShareGroupDescribe, "
+            "ShareFetch, ShareAcknowledge and the share-group offset APIs (not advertised "
+            "without it). Kafka 4.2 enables them in a new cluster (share.version=1).",
+            kafka_4_default="true"),
+    ActedOn("group.share.session.timeout.ms",
+            "A share group member that does not heartbeat for this long is removed (its "
+            "acquired records go back to the group)."),
+    ActedOn("group.share.min.session.timeout.ms",
+            "Lower bound of group.share.session.timeout.ms (and of a group's "
+            "share.session.timeout.ms)."),
+    ActedOn("group.share.max.session.timeout.ms",
+            "Upper bound of group.share.session.timeout.ms (and of a group's "
+            "share.session.timeout.ms)."),
+    ActedOn("group.share.heartbeat.interval.ms",
+            "Heartbeat interval given to share group members."),
+    ActedOn("group.share.min.heartbeat.interval.ms",
+            "Lower bound of group.share.heartbeat.interval.ms (and of a group's "
+            "share.heartbeat.interval.ms)."),
+    ActedOn("group.share.max.heartbeat.interval.ms",
+            "Upper bound of group.share.heartbeat.interval.ms (and of a group's "
+            "share.heartbeat.interval.ms)."),
+    ActedOn("group.share.max.size",
+            "Most members one share group may hold."),
     ActedOn("group.coordinator.rebalance.protocols",
             "Group protocols served (Kafka 4's default): classic always; consumer serves "
             "KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe (not advertised "

@@ -22,6 +22,7 @@ class GroupType(enum.Enum):
 
     CLASSIC = "classic"
     CONSUMER = "consumer"
+    SHARE = "share"
 
 
 class TopicPartition(NamedTuple):

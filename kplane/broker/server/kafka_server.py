@@ -19,6 +19,7 @@ from kplane.broker.group.coordinator import GroupCoordinator
 from kplane.broker.group.group_config import group_config_from
 from kplane.broker.group.group_configs import GROUPS, GroupConfigManager, group_node
 from kplane.broker.group.placement import coordinator_for, partition_leader
+from kplane.broker.group.share_config import share_group_config_from
 from kplane.broker.log.log_cleaner import CleanerConfig
 from kplane.broker.log.log_config import LogConfigs
 from kplane.broker.log.log_dir_failure_channel import LogDirFailureHandler
@@ -81,6 +82,7 @@ from kplane.broker.server.request_handler import RequestHandlerPool
 from kplane.broker.server.request_metrics import RequestMetricsObserver
 from kplane.broker.server.sasl_apis import SaslApis
 from kplane.broker.server.scram_apis import ScramApis
+from kplane.broker.server.share_group_apis import ShareGroupApis
 from kplane.broker.server.topic_apis import TopicApis
 from kplane.broker.server.txn_apis import GROUP_METADATA_TOPIC, TxnApis, TxnMarkerWriter
 from kplane.broker.transaction.coordinator import TransactionConfig, TransactionCoordinator
@@ -256,6 +258,8 @@ class KafkaServer:
             stored_topics=self.client.get_topics,
             group_store=self.client,
             group_configs=self.group_configs,
+            owns=self._owns_group,
+            share_config=share_group_config_from(config),
         )
         self.lifecycle.on_shutdown("stop group coordinator", self.group_coordinator.shutdown)
         self._start_transaction_coordinator(config)
@@ -573,6 +577,17 @@ class KafkaServer:
                     )
                 ]
                 if self.group_coordinator.config.consumer_protocol
+                else []
+            ),
+            *(
+                [
+                    ShareGroupApis(
+                        self.group_coordinator,
+                        topic_name_of=self.cache.topic_name,
+                        owns=self._owns_group,
+                    ),
+                ]
+                if self.group_coordinator.share_config.enabled
                 else []
             ),
         ]

@@ -1,0 +1,163 @@
+"""ShareGroup: the state of one KIP-932 share group, as Kafka's coordinator keeps it.
+
+Membership is KIP-848's (a group epoch, a target assignment computed for it, a member epoch
+per member), but partitions are shared: several members may be assigned one partition, so
+a member takes its target at once, with nothing to revoke first. Share groups commit no
+offsets; their progress is the share-partition state kept beside each partition leader
+(:mod:`kplane.broker.share`). Plain data; the caller holds ``lock``.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kplane.broker.group.group import (
+    Group,
+    GroupOverview,
+    GroupType,
+    OffsetExpiration,
+    OffsetsByPartition,
+)
+from kplane.protocol.errors import ErrorCode
+
+Assignment = Mapping[uuid.UUID, frozenset[int]]
+"""Partitions by topic id."""
+
+SHARE_PROTOCOL_TYPE = "share"
+LEAVE_GROUP_MEMBER_EPOCH = -1
+
+
+class ShareGroupState(enum.Enum):
+    """The group's state; the value is the name Kafka reports."""
+
+    EMPTY = "Empty"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupMember:
+    """One member; replaced whole on every change."""
+
+    member_id: str
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    assigned: Assignment = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupDescription:
+    """ShareGroupDescribe's view of a group."""
+
+    group_id: str
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    state: str = ShareGroupState.DEAD.value
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor_name: str = ""
+    members: tuple[ShareGroupMember, ...] = ()
+
+
+@dataclass(eq=False)
+class ShareGroup(Group):
+    """A share group: members, epochs and the target assignment."""
+
+    group_id: str
+    state_timestamp_ms: int | None = None
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ShareGroupMember] = field(default_factory=dict)
+    target: dict[str, Assignment] = field(default_factory=dict)
+    subscription_fingerprint: tuple[Any, ...] = ()
+    """What the subscribed topics resolved to at the last group epoch: a change bumps the
+    group epoch."""
+    assignor_name: str = ""
+    offsets: OffsetsByPartition = field(default_factory=dict)
+    pending_txn_offsets: dict[int, OffsetsByPartition] = field(default_factory=dict)
+    dead: bool = False
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    timers: dict[str, Any] = field(default_factory=dict, repr=False)
+    """member id -> the member's session timer task."""
+
+    @property
+    def state(self) -> ShareGroupState:
+        if self.dead:
+            return ShareGroupState.DEAD
+        return ShareGroupState.STABLE if self.members else ShareGroupState.EMPTY
+
+    def describe(self) -> ShareGroupDescription:
+        return ShareGroupDescription(
+            self.group_id,
+            state=self.state.value,
+            group_epoch=self.group_epoch,
+            assignment_epoch=self.assignment_epoch,
+            assignor_name=self.assignor_name,
+            members=tuple(self.members.values()),
+        )
+
+    def subscribed_topics(self) -> frozenset[str]:
+        return frozenset(n for m in self.members.values() for n in m.subscribed_topic_names)
+
+    # -- Group ----------------------------------------------------------------------------
+
+    @property
+    def group_type(self) -> GroupType:
+        return GroupType.SHARE
+
+    @property
+    def state_name(self) -> str:
+        return self.state.value
+
+    @property
+    def is_dead(self) -> bool:
+        return self.dead
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def mark_dead(self) -> None:
+        self.dead = True
+
+    def validate_offset_commit(
+        self,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_or_member_epoch: int,
+        transactional: bool,
+        api_version: int | None = None,
+    ) -> ErrorCode | None:
+        """A share group commits no offsets (Kafka: GROUP_ID_NOT_FOUND for its id)."""
+        return ErrorCode.group_id_not_found
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode | None:
+        return ErrorCode.group_id_not_found
+
+    def validate_offset_delete(self) -> ErrorCode | None:
+        return ErrorCode.group_id_not_found
+
+    def validate_delete_group(self) -> ErrorCode | None:
+        if self.dead:
+            return ErrorCode.group_id_not_found
+        return None if not self.members else ErrorCode.non_empty_group
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        return topic in self.subscribed_topics()
+
+    def offset_expiration(self) -> OffsetExpiration | None:
+        return None
+
+    def overview(self) -> GroupOverview:
+        return GroupOverview(
+            self.group_id, SHARE_PROTOCOL_TYPE, self.state_name, GroupType.SHARE.value
+        )

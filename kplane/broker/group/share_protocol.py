@@ -1,0 +1,300 @@
+"""The share group protocol's state machine (KIP-932's ShareGroupHeartbeat) over
+:class:`~kplane.broker.group.share_group.ShareGroup`, as Kafka's group coordinator runs it.
+
+A heartbeat joins (epoch 0), heartbeats, or leaves (-1). The group epoch is bumped when a
+member joins or leaves, a subscription changes or the subscribed topics resolve to other
+partitions; then the share assignor computes a new target and each member takes its own at
+once (shared partitions need no revocation), at the assignment epoch. A member that does
+not heartbeat within the session timeout is removed. The listeners added with
+:meth:`ShareGroupProtocol.add_member_listener` hear of every member that left, so the
+records it had acquired go back to the group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from kplane.broker.group.assignor import MemberSubscription, TopicMetadata
+from kplane.broker.group.group_registry import GroupRegistry
+from kplane.broker.group.share_assignor import SimpleAssignor
+from kplane.broker.group.share_config import ShareGroupConfig
+from kplane.broker.group.share_group import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    Assignment,
+    ShareGroup,
+    ShareGroupMember,
+)
+from kplane.broker.metadata.cache import MetadataSnapshot
+from kplane.broker.utils.timer import SystemTimer
+from kplane.protocol.errors import ErrorCode, KafkaError
+
+log = structlog.get_logger(__name__)
+
+MemberListener = Callable[[str, str], None]
+"""Called with (group id, member id) when a member left or was removed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupHeartbeat:
+    """One ShareGroupHeartbeat request; None fields did not change."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    rack_id: str | None = None
+    subscribed_topic_names: tuple[str, ...] | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ShareHeartbeatResult:
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None
+    """The member's whole assignment, when it changed or the request was a full one."""
+
+
+class ShareGroupProtocol:
+    """The share groups' membership. ``topics()`` is the current metadata;
+    ``session_timeout_ms(group_id)`` and ``heartbeat_interval_ms(group_id)`` a group's own
+    settings or the broker's."""
+
+    def __init__(
+        self,
+        config: ShareGroupConfig,
+        timer: SystemTimer,
+        groups: GroupRegistry,
+        topics: Callable[[], MetadataSnapshot],
+        *,
+        session_timeout_ms: Callable[[str], int],
+        heartbeat_interval_ms: Callable[[str], int],
+    ) -> None:
+        self.config = config
+        self._timer = timer
+        self.groups = groups
+        self._topics = topics
+        self._session_timeout_ms = session_timeout_ms
+        self._heartbeat_interval_ms = heartbeat_interval_ms
+        self._assignor = SimpleAssignor()
+        self._listeners: list[MemberListener] = []
+
+    def add_member_listener(self, listener: MemberListener) -> None:
+        self._listeners.append(listener)
+
+    def heartbeat(self, req: ShareGroupHeartbeat) -> ShareHeartbeatResult:
+        try:
+            _validate(req)
+            if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
+                return self._leave(req)
+            return self._join_or_heartbeat(req)
+        except KafkaError as exc:
+            return ShareHeartbeatResult(exc.code, exc.message)
+
+    def _group(self, group_id: str, create: bool) -> ShareGroup:
+        group = self.groups.get(group_id)
+        if group is None and create:
+            group = self.groups.get_or_create(group_id, ShareGroup)
+        if isinstance(group, ShareGroup) and not group.is_dead:
+            return group
+        if group is None or group.is_dead:
+            raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+        raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
+
+    def _join_or_heartbeat(self, req: ShareGroupHeartbeat) -> ShareHeartbeatResult:
+        snapshot = self._topics()
+        group = self._group(req.group_id, create=req.member_epoch == 0)
+        with group.lock:
+            if group.is_dead:
+                raise KafkaError(ErrorCode.coordinator_not_available)
+            member = group.members.get(req.member_id)
+            joined = member is None
+            if member is None:
+                if req.member_epoch != 0:
+                    raise KafkaError(
+                        ErrorCode.unknown_member_id,
+                        f"Member {req.member_id} is not a member of group {group.group_id}.",
+                    )
+                if len(group.members) >= self.config.max_size:
+                    raise KafkaError(
+                        ErrorCode.group_max_size_reached,
+                        f"The share group has reached its maximum capacity of "
+                        f"{self.config.max_size} members.",
+                    )
+                member = ShareGroupMember(req.member_id)
+            elif (
+                req.member_epoch != 0
+                and req.member_epoch != member.member_epoch
+                and (
+                    req.member_epoch > member.member_epoch
+                    or req.member_epoch != member.previous_member_epoch
+                )
+            ):
+                raise KafkaError(
+                    ErrorCode.fenced_member_epoch,
+                    f"The share group member has a smaller member epoch "
+                    f"({req.member_epoch}) than the one known by the group coordinator "
+                    f"({member.member_epoch}).",
+                )
+            updated = dataclasses.replace(
+                member,
+                rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
+                subscribed_topic_names=(
+                    tuple(req.subscribed_topic_names)
+                    if req.subscribed_topic_names is not None
+                    else member.subscribed_topic_names
+                ),
+                client_id=req.client_id,
+                client_host=req.client_host,
+            )
+            group.members[updated.member_id] = updated
+            bump = joined or updated.subscribed_topic_names != member.subscribed_topic_names
+            fingerprint = _fingerprint(group, snapshot)
+            if fingerprint != group.subscription_fingerprint:
+                group.subscription_fingerprint = fingerprint
+                bump = True
+            if bump:
+                group.group_epoch += 1
+                log.info(
+                    "share group epoch bumped",
+                    group=group.group_id,
+                    group_epoch=group.group_epoch,
+                    member=updated.member_id,
+                    joined=joined,
+                )
+            if group.group_epoch > group.assignment_epoch:
+                self._compute_target(group, snapshot)
+            target = group.target.get(updated.member_id, {})
+            if updated.member_epoch != group.assignment_epoch or updated.assigned != target:
+                updated = dataclasses.replace(
+                    updated,
+                    previous_member_epoch=updated.member_epoch,
+                    member_epoch=group.assignment_epoch,
+                    assigned=target,
+                )
+            group.members[updated.member_id] = updated
+            self._schedule_session(group, updated.member_id)
+            full = req.member_epoch == 0 or req.subscribed_topic_names is not None
+            return ShareHeartbeatResult(
+                member_id=updated.member_id,
+                member_epoch=updated.member_epoch,
+                heartbeat_interval_ms=self._heartbeat_interval_ms(group.group_id),
+                assignment=(
+                    updated.assigned if full or updated.assigned != member.assigned else None
+                ),
+            )
+
+    def _compute_target(self, group: ShareGroup, snapshot: MetadataSnapshot) -> None:
+        topics = _topic_metadata(group, snapshot)
+        by_name = {t.name: t.topic_id for t in topics.values()}
+        subscriptions = {
+            m.member_id: MemberSubscription(
+                m.member_id,
+                None,
+                m.rack_id,
+                frozenset(by_name[n] for n in m.subscribed_topic_names if n in by_name),
+            )
+            for m in group.members.values()
+        }
+        group.target = self._assignor.assign(subscriptions, topics, group.target)
+        group.assignment_epoch = group.group_epoch
+        group.assignor_name = self._assignor.name
+        log.info(
+            "share group target assignment computed",
+            group=group.group_id,
+            assignment_epoch=group.assignment_epoch,
+            members=len(subscriptions),
+            partitions=sum(t.num_partitions for t in topics.values()),
+        )
+
+    def _leave(self, req: ShareGroupHeartbeat) -> ShareHeartbeatResult:
+        group = self._group(req.group_id, create=False)
+        with group.lock:
+            if req.member_id not in group.members:
+                raise KafkaError(ErrorCode.unknown_member_id)
+            self._remove(group, req.member_id, "the member left the group")
+        return ShareHeartbeatResult(member_id=req.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH)
+
+    def _remove(self, group: ShareGroup, member_id: str, reason: str) -> None:
+        """Remove a member and bump the group epoch; the listeners hear of it."""
+        group.members.pop(member_id, None)
+        group.target.pop(member_id, None)
+        task = group.timers.pop(member_id, None)
+        if task is not None:
+            task.cancel()
+        group.group_epoch += 1
+        group.subscription_fingerprint = _fingerprint(group, self._topics())
+        log.info(
+            "member removed from share group",
+            group=group.group_id,
+            member=member_id,
+            group_epoch=group.group_epoch,
+            reason=reason,
+        )
+        for listener in self._listeners:
+            try:
+                listener(group.group_id, member_id)
+            except Exception:
+                log.exception("share member listener failed", group=group.group_id)
+
+    def _schedule_session(self, group: ShareGroup, member_id: str) -> None:
+        old = group.timers.pop(member_id, None)
+        if old is not None:
+            old.cancel()
+
+        def expire() -> None:
+            with group.lock:
+                if group.timers.get(member_id) is not task or group.is_dead:
+                    return
+                self._remove(group, member_id, "the member's session expired")
+
+        task = self._timer.schedule(self._session_timeout_ms(group.group_id), expire)
+        group.timers[member_id] = task
+
+    def shutdown(self, group: ShareGroup) -> None:
+        """Cancel ``group``'s timers."""
+        with group.lock:
+            for task in group.timers.values():
+                task.cancel()
+            group.timers.clear()
+
+
+def _validate(req: ShareGroupHeartbeat) -> None:
+    def invalid(message: str) -> KafkaError:
+        return KafkaError(ErrorCode.invalid_request, message)
+
+    if not req.group_id:
+        raise invalid("GroupId can't be empty.")
+    if not req.member_id:
+        raise invalid("MemberId can't be empty.")
+    if req.rack_id == "":
+        raise invalid("RackId can't be empty.")
+    if req.member_epoch == 0 and not req.subscribed_topic_names:
+        raise invalid("SubscribedTopicNames must be set in first request.")
+    if req.member_epoch < LEAVE_GROUP_MEMBER_EPOCH:
+        raise invalid(f"MemberEpoch {req.member_epoch} is invalid.")
+
+
+def _topic_metadata(group: ShareGroup, snapshot: MetadataSnapshot) -> dict[Any, TopicMetadata]:
+    """The existing topics the group's members subscribe to, as they are now."""
+    out = {}
+    for name in sorted(group.subscribed_topics()):
+        info = snapshot.topics.get(name)
+        if info is None or info.is_internal:
+            continue
+        out[info.topic_id] = TopicMetadata(info.topic_id, name, len(info.partitions))
+    return out
+
+
+def _fingerprint(group: ShareGroup, snapshot: MetadataSnapshot) -> tuple[Any, ...]:
+    return tuple(
+        (t.name, t.topic_id, t.num_partitions) for t in _topic_metadata(group, snapshot).values()
+    )
