@@ -13,6 +13,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from kplane.tools.interrupts import interrupts_deferred
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "start a broker (like kafka-server-start)"),
     "certs": ("certs", "create test TLS certificates (instead of keytool)"),
@@ -71,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         gc.disable()  # importing the command's modules allocates much and frees little
         try:
-            parser = build_parser(args_list)
+            with interrupts_deferred():
+                parser = build_parser(args_list)
         finally:
             gc.enable()
         args = parser.parse_args(args_list)

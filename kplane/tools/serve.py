@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+from types import FrameType
 from typing import Any
 
 import structlog
@@ -18,8 +19,15 @@ from kplane.broker.server.kafka_server import KafkaServer
 log = structlog.get_logger(__name__)
 
 
-class StartupInterrupted(Exception):
-    """SIGTERM or SIGINT arrived while the broker was starting."""
+class StartupInterrupted(BaseException):
+    """SIGTERM or SIGINT arrived while start-up was blocked in a wait (a BaseException, so
+    no ``except Exception`` on the way swallows it)."""
+
+
+def _blocked_in_wait(frame: FrameType | None) -> bool:
+    """Whether the main thread was waiting (a lock, an event, a future) when the signal came:
+    the only places where raising cannot leave half-built state behind."""
+    return frame is not None and frame.f_code is threading.Condition.wait.__code__
 
 
 def add_parser(sub: Any) -> None:
@@ -52,11 +60,13 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     starting = True
 
-    def on_signal(signum: int, _frame: object) -> None:
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         nonlocal starting
         log.info("shutting down", signal=signal.Signals(signum).name)
         stop.set()
-        if starting:  # start-up is cut short, and what it started is stopped
+        # a start-up that waits (for ZooKeeper, say) is cut short, and what it started is
+        # stopped; one that is busy runs to its end, and ``stop`` shuts the broker down then
+        if starting and _blocked_in_wait(frame):
             starting = False
             raise StartupInterrupted
 
