@@ -1,9 +1,10 @@
 """DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for brokers and topics (KIP-226),
-and groups (KIP-848, KIP-932).
+groups (KIP-848, KIP-932) and client-metrics subscriptions (KIP-714).
 
 A broker resource is ``"<id>"`` (that broker's dynamic configs) or ``""`` (the cluster
 default); a topic resource is the topic's overrides at ``/config/topics/<name>``; a group
-resource (type 32) the group's configs at ``/config/groups/<group>``. Invalid
+resource (type 32) the group's configs at ``/config/groups/<group>``; a client-metrics
+resource (type 16) a subscription at ``/config/client-metrics/<name>``. Invalid
 changes answer INVALID_CONFIG with a message that says what to do instead; nothing of a
 refused resource is stored.
 """
@@ -34,10 +35,12 @@ from kplane.broker.metadata.kafka_store import KafkaMetadataClient
 from kplane.broker.server.config_describer import (
     ConfigDescriber,
     ConfigEntry,
+    client_metrics_entries,
     group_entries,
     topic_default,
 )
 from kplane.broker.server.context import Handler, RequestContext
+from kplane.broker.telemetry import subscriptions
 from kplane.common.acl import AclOperation, AclResourceType
 from kplane.common.config_ops import ConfigResourceType, OpType
 from kplane.protocol.api_keys import ApiKey
@@ -150,6 +153,16 @@ class ConfigApis:
                 raise KafkaError(ErrorCode.group_authorization_failed, None)
             overrides = self.client.get_entity_config(GROUPS, group_node(name))
             return group_entries(overrides, self.group_configs.default, keys, docs)
+        if rtype == ConfigResourceType.CLIENT_METRICS:
+            if not ctx.authorized(AclOperation.DESCRIBE_CONFIGS, AclResourceType.CLUSTER):
+                raise KafkaError(ErrorCode.cluster_authorization_failed, None)
+            if not name:
+                raise KafkaError(
+                    ErrorCode.invalid_request, "Client metrics subscription name must not be empty"
+                )
+            node = subscriptions.subscription_node(name)
+            stored = self.client.get_entity_config(subscriptions.CLIENT_METRICS, node)
+            return client_metrics_entries(stored, keys)
         raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {rtype}")
 
     @staticmethod
@@ -289,6 +302,19 @@ class ConfigApis:
                 if stored_only:
                     log.info("share group configs stored, not acted on", keys=stored_only)
             return
+        if rtype == ConfigResourceType.CLIENT_METRICS:
+            if not ctx.authorized(AclOperation.ALTER_CONFIGS, AclResourceType.CLUSTER):
+                raise KafkaError(ErrorCode.cluster_authorization_failed, None)
+            node = subscriptions.subscription_node(name)
+            configs = new_configs(
+                self.client.get_entity_config(subscriptions.CLIENT_METRICS, node), resource
+            )
+            subscriptions.validate(name, configs)
+            self._check_policy("CLIENT_METRICS", name, configs)
+            if not validate_only:
+                self.client.set_entity_config(subscriptions.CLIENT_METRICS, node, configs)
+                log.info("client metrics subscription altered", name=name, keys=sorted(configs))
+            return
         raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {rtype}")
 
     def _check_listener_removal(
@@ -335,6 +361,17 @@ def apply_op(configs: dict[str, str], name: str, op: int, value: str | None, rty
         if group_definition is None:
             raise KafkaError(ErrorCode.invalid_config, f"Unknown group config name: {name}")
         ctype, default = group_definition.type, None
+    elif rtype == ConfigResourceType.CLIENT_METRICS:
+        if name not in subscriptions.CONFIG_NAMES:
+            raise KafkaError(
+                ErrorCode.invalid_config, f"Unknown client metrics configuration: {name}"
+            )
+        if name not in subscriptions.LIST_CONFIGS:
+            raise KafkaError(
+                ErrorCode.invalid_config,
+                f"Config value {verb} is not allowed for config key: {name}",
+            )
+        ctype, default = ConfigType.LIST, ""
     elif rtype == ConfigResourceType.TOPIC:
         topic_definition = TOPIC_CONFIGS.get(name)
         if topic_definition is None:

@@ -32,6 +32,7 @@ class ConfigSource(IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    CLIENT_METRICS_CONFIG = 7
     GROUP_CONFIG = 8
 
 
@@ -215,6 +216,20 @@ def group_entries(
             )
         )
     return entries
+
+
+def client_metrics_entries(
+    configs: Mapping[str, str], keys: Iterable[str] | None
+) -> list[ConfigEntry]:
+    """Entries of a client-metrics subscription: the configs it was given, as Kafka shows
+    them (no defaults, no synonyms, no type)."""
+    wanted = set(keys) if keys else None
+    source = ConfigSource.CLIENT_METRICS_CONFIG
+    return [
+        ConfigEntry(name, value, False, source, False, (), 0, None)
+        for name, value in sorted(configs.items())
+        if wanted is None or name in wanted
+    ]
 
 
 def _hide(synonym: Synonym) -> Synonym:
