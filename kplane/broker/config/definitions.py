@@ -615,6 +615,10 @@ _DECLARED: tuple[ActedOn | ConfigDef, ...] = (
             "Key length of the password encoder, in bits."),
     ActedOn("password.encoder.iterations",
             "Key derivation iterations of the password encoder."),
+    # Client telemetry (KIP-714)
+    ActedOn("telemetry.max.bytes",
+            "The largest PushTelemetry payload (after compression) a client may send; "
+            "larger ones get TELEMETRY_TOO_LARGE.", at_least(1)),
     # kplane
     ConfigDef("kplane.metrics.port", T.INT, -1,
               "Port of the Prometheus HTTP exposition; -1 turns it off, 0 picks a free port.",

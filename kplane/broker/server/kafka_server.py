@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from urllib.parse import unquote
 
 import structlog
 
@@ -83,8 +84,12 @@ from kplane.broker.server.request_metrics import RequestMetricsObserver
 from kplane.broker.server.sasl_apis import SaslApis
 from kplane.broker.server.scram_apis import ScramApis
 from kplane.broker.server.share_group_apis import ShareGroupApis
+from kplane.broker.server.telemetry_apis import TelemetryApis
 from kplane.broker.server.topic_apis import TopicApis
 from kplane.broker.server.txn_apis import GROUP_METADATA_TOPIC, TxnApis, TxnMarkerWriter
+from kplane.broker.telemetry.exporter import ClientMetricsExporter
+from kplane.broker.telemetry.manager import ClientMetricsManager
+from kplane.broker.telemetry.subscriptions import CLIENT_METRICS, subscription_node
 from kplane.broker.transaction.coordinator import TransactionConfig, TransactionCoordinator
 from kplane.broker.transaction.marker_channel import (
     UNKNOWN_PARTITION,
@@ -406,6 +411,7 @@ class KafkaServer:
         SocketServer bound (connections wait in the backlog), and the components KIP-226
         reconfigures."""
         self.catch_up = InitialCatchUp()
+        self._start_client_telemetry(config)
         self.apis = KafkaApis(self._api_families(), self.authorizer, self.catch_up)
         data_plane, control_plane = planes(config)
         self.data_channel = RequestChannel(data_plane)
@@ -498,12 +504,31 @@ class KafkaServer:
         self.config_changes.subscribe(self.dynamic.on_config_change)
         self.config_changes.subscribe(self.log_configs.on_config_change)
         self.config_changes.subscribe(self.group_configs.on_config_change)
+        self.config_changes.subscribe(self.client_metrics.on_config_change)
         self.config_changes.start()
+        self.client_metrics.load()  # what changed before the listener started
         self._start_metrics_http()
+
+    def _start_client_telemetry(self, config: KafkaConfig) -> None:
+        """KIP-714: the client-metrics subscriptions in the store, the client instances,
+        and the pushed metrics on this broker's Prometheus registry."""
+        exporter = ClientMetricsExporter()
+        self.metrics.registry.register(exporter)
+        self.client_metrics = ClientMetricsManager(
+            lambda name: self.client.get_entity_config(CLIENT_METRICS, subscription_node(name)),
+            lambda: [unquote(n) for n in self.client.get_entities(CLIENT_METRICS)],
+            exporter,
+            config.get_int("telemetry.max.bytes"),
+        )
+        self.client_metrics.load()
+        self.telemetry_apis = TelemetryApis(self.client_metrics)
 
     def _api_families(self) -> list[ApiFamily]:
         return [
-            ApiVersionsApi(lambda: self.apis.supported_versions()),
+            self.telemetry_apis.noting_client_software(
+                ApiVersionsApi(lambda: self.apis.supported_versions())
+            ),
+            self.telemetry_apis,
             MetadataApis(
                 self.broker_id,
                 self.cache,
