@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "consumer-groups": ("consumer_groups", "list, describe, reset, delete consumer groups"),
     "acls": ("acls", "add, remove, list ACLs (kafka-acls)"),
     "log-dirs": ("log_dirs", "describe the log directories of brokers (kafka-log-dirs)"),
+    "client-metrics": ("client_metrics",
+                       "client metrics subscriptions, KIP-714 (kafka-client-metrics)"),
     "doctor": ("doctor", "explain why a client cannot reach the brokers"),
     "faults": ("faults", "inject faults into a broker (kplane.faults.enable)"),
 }
