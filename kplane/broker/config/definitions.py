@@ -450,6 +450,11 @@ _DECLARED: tuple[ActedOn | ConfigDef, ...] = (
             "Bytes per second the broker copies when it moves replicas between its log dirs "
             "(AlterReplicaLogDirs); the last bytes of a move, copied while appends wait, are "
             "not held back."),
+    ActedOn("quota.window.num",
+            "Samples kept to compute a client quota's rate (producer_byte_rate, "
+            "consumer_byte_rate, request_percentage)."),
+    ActedOn("quota.window.size.seconds",
+            "Span of one client quota sample; a request-quota throttle is at most one."),
     ActedOn("replication.quota.window.num",
             "Samples kept to compute a replication throttle's rate."),
     ActedOn("replication.quota.window.size.seconds",

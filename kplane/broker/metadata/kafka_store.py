@@ -493,11 +493,15 @@ class KafkaMetadataClient:
 
     # configs -------------------------------------------------------------------------
     def get_entity_config(self, entity_type: str, name: str) -> dict[str, str]:
-        """``/config/<type>/<name>`` as a dict (empty when missing)."""
+        """``/config/<type>/<name>`` as a dict (empty when missing, or when the node is only
+        the parent of others, as ``/config/users/<user>`` of a user and client id quota)."""
         try:
-            doc: dict[str, Any] = json.loads(self.store.get(f"/config/{entity_type}/{name}")[0])
+            data = self.store.get(f"/config/{entity_type}/{name}")[0]
         except NoNodeError:
             return {}
+        if not data:
+            return {}
+        doc: dict[str, Any] = json.loads(data)
         return {str(k): str(v) for k, v in doc.get("config", {}).items()}
 
     def set_entity_config(self, entity_type: str, name: str, configs: dict[str, str]) -> None:

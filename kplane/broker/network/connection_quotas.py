@@ -16,6 +16,10 @@ calls ``dec`` when the connection is gone:
   under their bounds (at most one sample window per connection).
 - ``max.connections.per.ip`` and ``max.connections.per.ip.overrides``: a connection past
   its address's limit is closed at once (``TooManyConnections``).
+- IP quotas (KIP-612, ``connection_creation_rate`` of ``/config/ips/<ip>`` and
+  ``/config/ips/<default>``, set by the client quotas through
+  ``update_ip_connection_rate_quota``): a connection that takes its address's creation
+  rate over the quota is closed at once (``ConnectionThrottled``) and not counted.
 """
 
 from __future__ import annotations
@@ -61,6 +65,18 @@ class TooManyConnections(Exception):
         super().__init__(f"{host} already has the configured maximum of {limit} connections")
         self.host = host
         self.limit = limit
+
+
+class ConnectionThrottled(TooManyConnections):
+    """The client's address is over its connection creation rate (KIP-612)."""
+
+    def __init__(self, host: str, rate: int, throttle_ms: float) -> None:
+        Exception.__init__(
+            self, f"{host} is over its connection creation rate of {rate}/s ({throttle_ms:.0f} ms)"
+        )
+        self.host = host
+        self.limit = rate
+        self.throttle_ms = throttle_ms
 
 
 class AcceptorStopped(Exception):
@@ -121,6 +137,9 @@ class ConnectionQuotas:
             if name
         )
         self._control = config.control_plane_listener_name
+        self._ip_rates: dict[str, int] = {}
+        self._default_ip_rate: int | None = None
+        self._ip_sensors: dict[str, SampledRate] = {}
         self._apply(config)
         if metrics is not None:
             metrics.register_gauge(
@@ -231,6 +250,7 @@ class ConnectionQuotas:
         ``host`` is at its limit, AcceptorStopped when the wait was cut short."""
         with self._cond:
             self._wait_for_slot(listener, running)
+            self._record_ip_connection(host)
             limit = self._overrides.get(host, self._max_per_host)
             count = self._by_host.get(host, 0)
             if count >= limit:
@@ -241,6 +261,37 @@ class ConnectionQuotas:
             if quota is not None:
                 quota.count += 1
                 quota.created += 1
+
+    def update_ip_connection_rate_quota(self, ip: str | None, rate: int | None) -> None:
+        """Set (``rate``) or remove (``None``) the connection creation rate of ``ip``
+        (``None``: every address without its own)."""
+        with self._cond:
+            if ip is None:
+                self._default_ip_rate = rate
+                self._ip_sensors.clear()
+            else:
+                host = client_host(ip)
+                if rate is None:
+                    self._ip_rates.pop(host, None)
+                else:
+                    self._ip_rates[host] = rate
+                self._ip_sensors.pop(host, None)
+        log.info("ip connection rate quota updated", ip=ip or "<default>", rate=rate)
+
+    def _record_ip_connection(self, host: str) -> None:
+        """Kafka's recordIpConnectionMaybeThrottle: count the connection in its address's
+        rate; over the quota it is not counted and ConnectionThrottled is raised."""
+        rate = self._ip_rates.get(host, self._default_ip_rate)
+        if rate is None:
+            return
+        sensor = self._ip_sensors.get(host)
+        if sensor is None:
+            sensor = self._ip_sensors[host] = SampledRate()
+        now = time.monotonic()
+        throttle = sensor.record_and_throttle_ms(now, rate)
+        if throttle > 0:
+            sensor.record(now, -1.0)
+            raise ConnectionThrottled(host, rate, throttle)
 
     def dec(self, listener: str, host: str) -> None:
         """A connection ``inc`` counted is gone."""

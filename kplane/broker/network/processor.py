@@ -82,6 +82,7 @@ class KafkaConnection(asyncio.Protocol):
         self.watched_fd: int | None = None
         self.writer: RegionWriter | None = None  # sending a response with file regions
         self.paced: tuple[Iterator[bytes | memoryview], Response] | None = None
+        self.throttled = False  # muted for a client quota's throttle time (KIP-219)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -171,6 +172,9 @@ class KafkaConnection(asyncio.Protocol):
         is held back."""
         if self.closing or self.processor.draining:
             return
+        if self.throttled:
+            self._pace_reading()
+            return
         event = self.connection.next_event()
         if type(event) is RequestReady:
             self.in_flight = request = self._request(event)
@@ -211,7 +215,7 @@ class KafkaConnection(asyncio.Protocol):
     def _pace_reading(self) -> None:
         if self.transport is None:
             return
-        hold = self.connection.wants_reading_paused
+        hold = self.connection.wants_reading_paused or self.throttled
         if hold and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
@@ -341,7 +345,25 @@ class KafkaConnection(asyncio.Protocol):
             return
         if self.session is not None:
             self.connection.authenticated = self.session.authenticated
+        if response.throttle_ms > 0:
+            self._throttle(response)
         self.dispatch()
+
+    def _throttle(self, response: Response) -> None:
+        """Mute the connection until the throttle time, counted from when the response was
+        handed over, has passed (Kafka's ThrottledChannel)."""
+        until_ns = response.request.response_enqueue_ns + response.throttle_ms * 1_000_000
+        delay_s = (until_ns - time.monotonic_ns()) / 1e9
+        if delay_s <= 0:
+            return
+        self.throttled = True
+        self.processor.loop.call_later(delay_s, self._end_throttling)
+
+    def _end_throttling(self) -> None:
+        self.throttled = False
+        self.last_active = time.monotonic()
+        if self.transport is not None and not self.closing:
+            self.dispatch()
 
     def close(self, abort: bool = False) -> None:
         """Close the connection (pending bytes already written are flushed first, unless
@@ -610,9 +632,13 @@ class Processor:
             self.data_priority.yield_to_control()
 
     def observe(self, request: Request) -> None:
-        """Report a completed request to the metrics observer."""
+        """Report a completed request to the metrics observer (and its network time to the
+        request quota)."""
+        now_ns = time.monotonic_ns()
+        if request.record_network_time is not None:
+            request.record_network_time(now_ns - request.response_dequeue_ns)
         if self._on_response_sent is not None:
-            self._on_response_sent(request, time.monotonic_ns())
+            self._on_response_sent(request, now_ns)
 
     def in_flight(self) -> int:
         """Requests of this Processor's connections waiting for an answer."""

@@ -63,6 +63,9 @@ class Request:
     response_dequeue_ns: int = 0
     response_bytes: int = 0  # written to the client (0 for no answer)
     disconnected: bool = False  # the client closed its connection while this was in flight
+    record_network_time: Callable[[int], None] | None = None
+    """Set by the request quota: given the ns the network thread spent sending the
+    response (Kafka's recordNetworkThreadTimeCallback)."""
     _on_disconnect: Callable[[], object] | None = None
 
     def on_disconnect(self, callback: Callable[[], object]) -> None:
@@ -92,6 +95,18 @@ class Response:
     request: Request
     pieces: list[Transferable] | None
     close_connection: bool = False
+    throttle_ms: int = 0
+    """A client quota's throttle (KIP-219): the connection reads nothing for this long
+    after the response was handed over."""
+
+
+class ResponseThrottler(Protocol):
+    """Client quotas as the response path sees them (KIP-219)."""
+
+    def throttle_time_ms(self, request: Request, body: Any, response_bytes: int) -> int:
+        """Record what answering ``request`` (decoded as ``body``) with ``response_bytes``
+        costs the client's quotas; the time (ms) the client is throttled for it."""
+        ...
 
 
 class _Shutdown:
@@ -109,6 +124,8 @@ class RequestChannel:
         self.queue_size = plane.queue_size
         self._queue: queue.Queue[Request | _Shutdown] = queue.Queue(maxsize=plane.queue_size)
         self.processors: list[PlaneProcessor] = []  # the plane's Processors, for the gauges
+        self.throttler: ResponseThrottler | None = None
+        """Client quotas, set on the data plane (the control plane is never throttled)."""
         self._on_processor: dict[int, Callable[[Request], None]] = {}
 
     def serve_on_processors(

@@ -55,13 +55,18 @@ class SampledRate(_Samples):
         """Record one event; when the rate is then above ``bound``, how long (ms) to delay
         so it comes back to it, as Kafka's QuotaUtils computes it, at most one window."""
         self.record(now)
-        rate = self.measure(now)
         longest = self._window_s * 1000.0
+        if bound <= 0:
+            return longest if self.measure(now) > bound else 0.0
+        return min(self.throttle_ms(now, bound), longest)
+
+    def throttle_ms(self, now: float, bound: float) -> float:
+        """How long (ms) without events brings the rate back to ``bound`` (> 0), as Kafka's
+        ``QuotaUtils.throttleTime``: 0 within it."""
+        rate = self.measure(now)
         if rate <= bound:
             return 0.0
-        if bound <= 0:
-            return longest
-        return min((rate - bound) / bound * self._span(now) * 1000.0, longest)
+        return (rate - bound) / bound * self._span(now) * 1000.0
 
     def _span(self, now: float) -> float:
         elapsed = now - self._windows[0][0] if self._windows else 0.0

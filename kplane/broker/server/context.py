@@ -12,6 +12,7 @@ import structlog
 from kplane.broker.config.endpoint import SecurityProtocol
 from kplane.broker.logging_setup import exception_reason
 from kplane.broker.network.request_channel import Request, RequestChannel, Response
+from kplane.broker.quota.throttle_time import patch_throttle_time, with_throttle_time
 from kplane.broker.utils.file_region import Transferable
 from kplane.common.acl import (
     CLUSTER_NAME,
@@ -161,6 +162,10 @@ class RequestContext:
             return
         try:
             payload = api.encode(body)
+            throttle_ms = self._throttle_ms(len(payload))
+            throttled = with_throttle_time(body, throttle_ms) if throttle_ms > 0 else None
+            if throttled is not None:
+                payload = api.encode(throttled)
         except Exception as exc:  # a value the schema cannot carry: close, never go silent
             log.warning(
                 "closing connection: response cannot be encoded",
@@ -175,22 +180,40 @@ class RequestContext:
         prefix = response_frame_prefix(
             self.api_key, self.api_version, self.request.header.correlation_id, len(payload)
         )
-        self._channel.send_response(Response(self.request, [prefix, payload], close_connection))
+        self._channel.send_response(
+            Response(self.request, [prefix, payload], close_connection, throttle_ms)
+        )
 
     def respond_pieces(self, body_pieces: list[Transferable]) -> None:
         """Send a body already serialized in pieces (Fetch keeps stored batches out of kio)."""
         if not self._claim():
             return
         size = sum(len(p) for p in body_pieces)
+        throttle_ms = self._throttle_ms(size)
+        if throttle_ms > 0:
+            body_pieces = patch_throttle_time(
+                self.api_key, self.api_version, body_pieces, throttle_ms
+            )
         prefix = response_frame_prefix(
             self.api_key, self.api_version, self.request.header.correlation_id, size
         )
-        self._channel.send_response(Response(self.request, [prefix, *body_pieces]))
+        self._channel.send_response(
+            Response(self.request, [prefix, *body_pieces], throttle_ms=throttle_ms)
+        )
 
     def respond_nothing(self) -> None:
-        """No response is owed (acks=0 produce); the connection is unmuted."""
+        """No response is owed (acks=0 produce); the connection is unmuted (after the
+        client's throttle, if its quota asks for one)."""
         if self._claim():
-            self._channel.send_response(Response(self.request, None))
+            throttle_ms = self._throttle_ms(0)
+            self._channel.send_response(Response(self.request, None, throttle_ms=throttle_ms))
+
+    def _throttle_ms(self, response_bytes: int) -> int:
+        """What the client quotas make of this answer (KIP-219): ms to throttle."""
+        throttler = getattr(self._channel, "throttler", None)  # channels of unit tests lack it
+        if throttler is None:
+            return 0
+        return throttler.throttle_time_ms(self.request, self.body, response_bytes)
 
     def fail(self, exc: BaseException) -> None:
         """A handler failed on this request: one warning line, then UNKNOWN_SERVER_ERROR

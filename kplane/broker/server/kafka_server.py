@@ -46,6 +46,8 @@ from kplane.broker.network.plane_priority import ControlPlanePriority
 from kplane.broker.network.request_channel import Request, RequestChannel
 from kplane.broker.network.socket_server import SocketServer, SocketServerConfig, log_listener_bound
 from kplane.broker.network.tls import server_tls
+from kplane.broker.quota.client_quotas import ClientQuotas
+from kplane.broker.quota.store import ClientQuotaStore
 from kplane.broker.security.authorizer import authorizer_from_config
 from kplane.broker.security.sasl import sasl_listeners
 from kplane.broker.security.scram import ScramCredentialStore
@@ -54,6 +56,7 @@ from kplane.broker.server.admin_manager import AdminManager, TopicDefaults
 from kplane.broker.server.api_versions import ApiVersionsApi
 from kplane.broker.server.config_apis import ConfigApis, load_policy
 from kplane.broker.server.consumer_group_apis import ConsumerGroupApis
+from kplane.broker.server.client_quota_apis import ClientQuotaApis
 from kplane.broker.server.context import ApiFamily
 from kplane.broker.server.controlled_shutdown import controlled_shutdown
 from kplane.broker.server.controller_apis import ControllerApis
@@ -441,6 +444,7 @@ class KafkaServer:
             self.data_channel,
             self.control_channel,
             self.apis.is_known_api,
+        self.quota_store = ClientQuotaStore(self.client)
             observer.on_response_sent,
             self._processor_idle_meter,
             self.tls,
@@ -456,6 +460,14 @@ class KafkaServer:
                 channel.register_gauges(self.metrics)
         self._add_reconfigurables(config)
         self.lifecycle.on_shutdown("stop processors", self.socket_server.shutdown_processors)
+        self.client_quotas = ClientQuotas(
+            config,
+            self.quota_store,
+            self.metrics,
+            self.connection_quotas.update_ip_connection_rate_quota,
+        )
+        self.client_quotas.startup()
+        self.data_channel.throttler = self.client_quotas  # the control plane: never
         self.socket_server.bind()
         self.bound = self.socket_server.bound
         for pool in (self.handler_pool, self.control_handler_pool):
@@ -535,6 +547,7 @@ class KafkaServer:
                 self.admin,
                 lambda: self.config.get_bool("auto.create.topics.enable"),
                 self._coordinator_of,
+        self.config_changes.subscribe(self.client_quotas.on_config_change)
                 self._txn_coordinator_of,
                 lambda: self.config.get_int("max.request.partition.size.limit"),
             ),
@@ -627,6 +640,8 @@ class KafkaServer:
         proposed = ProposedListenerSecurity(self.scram_credentials)
         dynamic.add_reconfigurable(self.connection_quotas)
         dynamic.add_reconfigurable(
+            ClientQuotaApis(self.quota_store),
+            DelegationTokenApis(self.tokens),
             DynamicThreadPool(
                 config,
                 self.handler_pool,

@@ -1,0 +1,175 @@
+"""ClientQuotas: the broker's quota managers (Kafka's QuotaManagers) and how a response
+pays for its request (KIP-219).
+
+One ClientQuotaManager per kind: produce (``producer_byte_rate``, over the request's
+bytes), fetch (``consumer_byte_rate``, over the response's bytes) and request
+(``request_percentage``, over the time the handler and network threads spent on the
+request, as a percentage of one thread). When a response is handed back, each kind records
+its value; the largest throttle goes into the response's ``throttle_time_ms`` at once and
+the connection is muted for that long. Controller requests, followers' fetches and the
+control plane are never throttled.
+
+Configs come from the metadata store (``ClientQuotaStore``) at start-up and from change
+notifications; IP entities' ``connection_creation_rate`` goes to ConnectionQuotas
+(KIP-612).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from kplane.broker.config.kafka_config import KafkaConfig
+from kplane.broker.metrics.registry import CONTROL_PLANE, BrokerMetrics
+from kplane.broker.network.request_channel import Request
+from kplane.broker.quota.entity import (
+    CLIENT_ID,
+    CONTROLLER_MUTATION_RATE,
+    IP,
+    IP_CONNECTION_RATE,
+    USER,
+    QuotaEntity,
+    entity_of_path,
+)
+from kplane.broker.quota.manager import ClientQuotaManager, QuotaKind
+from kplane.broker.quota.store import ClientQuotaStore
+from kplane.broker.security.scram import sanitize
+from kplane.protocol.api_keys import ApiKey
+
+log = structlog.get_logger(__name__)
+
+QUOTA_WINDOW_NUM = "quota.window.num"
+QUOTA_WINDOW_SIZE_SECONDS = "quota.window.size.seconds"
+NANOS_TO_PERCENTAGE = 100.0 / 1e9
+"""Kafka's NanosToPercentagePerSecond: a thread's nanoseconds as a percentage rate."""
+
+EXEMPT_APIS = frozenset(
+    {
+        ApiKey.LEADER_AND_ISR,
+        ApiKey.STOP_REPLICA,
+        ApiKey.UPDATE_METADATA,
+        ApiKey.CONTROLLED_SHUTDOWN,
+        ApiKey.WRITE_TXN_MARKERS,
+    }
+)
+"""Kafka's cluster-action APIs: inter-broker requests, never throttled."""
+
+IpQuotaSink = Callable[[str | None, int | None], None]
+"""Sets (a rate) or removes (``None``) the connection rate of an IP (``None``: default)."""
+
+
+class ClientQuotas:
+    """The produce, fetch and request quota managers, fed by the store's configs."""
+
+    def __init__(
+        self,
+        config: KafkaConfig,
+        store: ClientQuotaStore,
+        metrics: BrokerMetrics | None = None,
+        ip_quotas: IpQuotaSink | None = None,
+    ) -> None:
+        self.store = store
+        self._ip_quotas = ip_quotas
+        samples = config.get_int(QUOTA_WINDOW_NUM)
+        window_s = float(config.get_int(QUOTA_WINDOW_SIZE_SECONDS))
+        self.produce = ClientQuotaManager(QuotaKind.PRODUCE, samples, window_s, metrics)
+        self.fetch = ClientQuotaManager(QuotaKind.FETCH, samples, window_s, metrics)
+        # Kafka bounds a request-quota throttle by one window (ClientRequestQuotaManager).
+        self.request = ClientQuotaManager(
+            QuotaKind.REQUEST, samples, window_s, metrics, max_throttle_ms=window_s * 1000.0
+        )
+        self.managers = (self.produce, self.fetch, self.request)
+        self._unenforced_said = False
+
+    # configs ---------------------------------------------------------------------------
+    def startup(self) -> None:
+        """Apply every quota in the store."""
+        for entity, values in self.store.all().items():
+            self.apply(entity, values)
+
+    def on_config_change(self, entity_path: str) -> None:
+        """A change notification: re-read the entity it names (if a quota entity)."""
+        entity = entity_of_path(entity_path)
+        if entity is not None:
+            self.apply(entity, self.store.read(entity))
+
+    def apply(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
+        """Make ``values`` the entity's quotas (keys missing are removed)."""
+        has_ip, ip = entity.get(IP)
+        if has_ip:
+            if self._ip_quotas is not None:
+                rate = values.get(IP_CONNECTION_RATE)
+                self._ip_quotas(ip, None if rate is None else int(rate))
+            return
+        has_user, user = entity.get(USER)
+        has_client, client_id = entity.get(CLIENT_ID)
+        sanitized = sanitize(user) if user is not None else None
+        for manager in self.managers:  # as Kafka's config handlers: every kind, each time
+            bound = values.get(manager.kind.config_key)
+            manager.update_quota(sanitized, client_id, has_user, has_client, bound)
+        if CONTROLLER_MUTATION_RATE in values and not self._unenforced_said:
+            self._unenforced_said = True
+            log.warning(
+                "controller_mutation_rate is stored and described but not enforced: kplane "
+                "does not throttle CreateTopics, DeleteTopics or CreatePartitions",
+                entity=str(entity),
+            )
+
+    # the response path (RequestChannel's ResponseThrottler) ----------------------------
+    def throttle_time_ms(self, request: Request, body: Any, response_bytes: int) -> int:
+        """Record the request against the client's quotas; the throttle time (ms)."""
+        api_key = request.header.api_key
+        if request.plane == CONTROL_PLANE or api_key in EXEMPT_APIS:
+            return 0
+        if api_key == ApiKey.FETCH and _replica_id(body) >= 0:
+            return 0  # a follower's fetch
+        user = sanitize(_user_name(request.principal))
+        client_id = request.header.client_id or ""
+        bandwidth_ms = 0
+        bandwidth = None
+        if api_key == ApiKey.PRODUCE:
+            bandwidth = self.produce
+            bandwidth_ms = bandwidth.record_and_get_throttle_time_ms(
+                user, client_id, float(len(request.frame))
+            )
+        elif api_key == ApiKey.FETCH:
+            bandwidth = self.fetch
+            bandwidth_ms = bandwidth.record_and_get_throttle_time_ms(
+                user, client_id, float(response_bytes)
+            )
+        request_ms = 0
+        if self.request.enabled:
+            request_ms = self.request.record_and_get_throttle_time_ms(
+                user, client_id, _thread_ns(request) * NANOS_TO_PERCENTAGE
+            )
+            quota = self.request
+
+            def network_time(ns: int) -> None:
+                quota.record_no_throttle(user, client_id, ns * NANOS_TO_PERCENTAGE)
+
+            request.record_network_time = network_time
+        if bandwidth is not None and bandwidth_ms > request_ms:
+            bandwidth.record_throttle(user, client_id, bandwidth_ms)
+            return bandwidth_ms
+        if request_ms > 0:
+            self.request.record_throttle(user, client_id, request_ms)
+        return request_ms
+
+
+def _replica_id(body: Any) -> int:
+    state = getattr(body, "replica_state", None)
+    return int(state.replica_id if state is not None else getattr(body, "replica_id", -1))
+
+
+def _user_name(principal: str) -> str:
+    """Kafka's ``principal.getName``: ``User:alice`` -> ``alice``."""
+    return principal.partition(":")[2] or principal
+
+
+def _thread_ns(request: Request) -> int:
+    """The ns a handler spent on the request so far (to its first return when parked)."""
+    end = request.api_local_complete_ns or time.monotonic_ns()
+    return max(0, end - request.dequeue_ns)

@@ -1,0 +1,49 @@
+"""``throttle_time_ms`` written into a response already encoded (KIP-219).
+
+Most responses are kio entities, re-encoded with the field set. Produce and Fetch are
+written straight to bytes around stored batches; their field is patched in place: Fetch
+(v1+) has it first in the body, Produce (v1+) last, before the flexible versions' tagged
+fields (none written).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import struct
+from typing import Any
+
+from kplane.broker.utils.file_region import Transferable
+from kplane.protocol.api_keys import ApiKey
+
+_I32 = struct.Struct(">i")
+_PRODUCE_FLEXIBLE_SINCE = 9
+
+
+def with_throttle_time(body: Any, throttle_ms: int) -> Any | None:
+    """``body`` with its ``throttle_time`` set, or ``None`` when it has no such field."""
+    if "throttle_time" not in getattr(body, "__dataclass_fields__", {}):
+        return None
+    return dataclasses.replace(body, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
+
+
+def patch_throttle_time(
+    api_key: int, version: int, pieces: list[Transferable], throttle_ms: int
+) -> list[Transferable]:
+    """Body pieces of a Produce or Fetch response with ``throttle_time_ms`` set (unchanged
+    for versions without the field, or pieces not laid out as expected)."""
+    value = _I32.pack(min(throttle_ms, 2**31 - 1))
+    if api_key == ApiKey.FETCH and version >= 1 and pieces:
+        head = pieces[0]
+        if isinstance(head, bytes | memoryview) and len(head) >= 4:
+            return [value + bytes(head[4:]), *pieces[1:]]
+    elif api_key == ApiKey.PRODUCE and version >= 1 and pieces:
+        tail = pieces[-1]
+        if isinstance(tail, bytes | memoryview):
+            data = bytes(tail)
+            if version >= _PRODUCE_FLEXIBLE_SINCE:
+                if len(data) >= 5 and data[-1] == 0:
+                    return [*pieces[:-1], data[:-5] + value + data[-1:]]
+            elif len(data) >= 4:
+                return [*pieces[:-1], data[:-4] + value]
+    return pieces
