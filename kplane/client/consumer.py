@@ -98,6 +98,8 @@ class ConsumerRecord:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+    timestamp_type: int = 0
+    """0: CreateTime (the producer's), 1: LogAppendTime (the broker's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -703,9 +705,17 @@ class Consumer:
             )
             if header.base_offset < position:
                 decoded = [r for r in decoded if r.offset >= position]
+            timestamp_type = 1 if header.log_append_time else 0
             records.extend(
                 ConsumerRecord(
-                    topic, partition, r.offset, r.timestamp or 0, r.key, r.value, r.headers
+                    topic,
+                    partition,
+                    r.offset,
+                    r.timestamp or 0,
+                    r.key,
+                    r.value,
+                    r.headers,
+                    timestamp_type,
                 )
                 for r in decoded
             )

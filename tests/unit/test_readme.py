@@ -22,7 +22,7 @@ PATH_TOKEN = re.compile(
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 LAYER_LINE = re.compile(r"^\s*(\d+)\s+(.+)$")
 TOOLS_MAY_IMPORT_FROM_SERVER = {"kplane.broker.server.kafka_server"}
-PACKAGES = ("protocol", "common", "broker", "client", "tools", "testing")
+PACKAGES = ("protocol", "common", "broker", "client", "spark", "tools", "testing")
 """The packages under ``kplane/``, each with its layer."""
 
 

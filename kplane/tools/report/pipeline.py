@@ -245,6 +245,8 @@ def spark_session(master: str = "local[*]") -> Iterator[SparkSession]:
         yield active
         return
     os.environ["SPARK_LOCAL_IP"] = LOOPBACK
+    # Python workers run this interpreter, where kplane (the kplane data source) is installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName("kplane-report")
     for key, value in _spark_conf(master).items():
         builder = builder.config(key, value)
