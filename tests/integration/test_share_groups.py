@@ -4,8 +4,20 @@ through ShareFetch and ShareAcknowledge. Every wait is on a condition with a dea
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 import uuid
 from typing import Any
+
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
@@ -17,6 +29,8 @@ from kio.static.primitive import i32
 
 from kplane.protocol.errors import ErrorCode
 from kplane.testing.plugin import RunningBroker
+
+from .helpers import wait_until
 
 
 def heartbeat(
@@ -117,3 +131,216 @@ def test_share_groups_can_be_turned_off(broker_factory: Any) -> None:
         )
     keys = {int(k.api_key) for k in versions.api_keys}
     assert 76 not in keys and 77 not in keys
+
+
+# -- confluent-kafka's ShareConsumer ----------------------------------------------------
+
+
+def share_config(broker: RunningBroker, group: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": broker.bootstrap(),
+        "group.id": group,
+        "logger": logging.getLogger("test-librdkafka-share"),
+        **extra,
+    }
+
+
+def produce_values(
+    broker: RunningBroker, topic: str, values: list[bytes], partition: int | None = None
+) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap(), "linger.ms": 5})
+    for value in values:
+        if partition is None:
+            producer.produce(topic, value=value)
+        else:
+            producer.produce(topic, value=value, partition=partition)
+    assert producer.flush(30) == 0
+
+
+def set_group_config(broker: RunningBroker, group: str, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap()})
+    resource = ConfigResource(
+        ResourceType.GROUP,
+        group,
+        incremental_configs=[
+            ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in configs.items()
+        ],
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+
+
+def poll_until(
+    consumer: ShareConsumer, want: int, timeout: float = 60.0, on_message: Any = None
+) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        for msg in consumer.poll(0.5) or []:
+            assert msg.error() is None, msg.error()
+            got.append(msg)
+            if on_message is not None:
+                on_message(msg)
+    return got
+
+
+def test_two_share_consumers_read_every_record_once_between_them(broker: RunningBroker) -> None:
+    topic, group = "sg-two", "sg-two-group"
+    broker.create_topic(topic, 2)
+    set_group_config(broker, group, share_auto_offset_reset="earliest")
+    values = [f"v{i}".encode() for i in range(2000)]
+    seen: dict[int, list[bytes]] = {0: [], 1: []}
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            with ShareConsumer(share_config(broker, group, **{"client.id": f"c{index}"})) as c:
+                c.subscribe([topic])
+                while not stop.is_set():
+                    for msg in c.poll(0.2) or []:
+                        assert msg.error() is None, msg.error()
+                        seen[index].append(msg.value() or b"")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(
+            lambda: (
+                sum(bool(m.assignment.topic_partitions) for m in describe(broker, group).members)
+                == 2
+            ),
+            60,
+            "both members assigned",
+        )
+        produce_values(broker, topic, values)
+        wait_until(lambda: len(seen[0]) + len(seen[1]) >= 2000 or errors, 90, "2000 records")
+        time.sleep(1.0)  # nothing more should come
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors
+    both = seen[0] + seen[1]
+    assert sorted(both) == sorted(values), "every record exactly once"
+    assert seen[0] and seen[1], "both consumers received records"
+
+
+def test_explicit_release_is_delivered_again_and_reject_never(broker: RunningBroker) -> None:
+    topic, group = "sg-explicit", "sg-explicit-group"
+    broker.create_topic(topic, 1)
+    set_group_config(broker, group, share_auto_offset_reset="earliest")
+    produce_values(broker, topic, [f"r{i}".encode() for i in range(10)])
+    config = share_config(broker, group, **{"share.acknowledgement.mode": "explicit"})
+    deliveries: list[tuple[bytes, int]] = []
+    with ShareConsumer(config) as consumer:
+        consumer.subscribe([topic])
+        first = poll_until(consumer, 10)
+        assert sorted(m.value() for m in first) == sorted(f"r{i}".encode() for i in range(10))
+        for msg in first:
+            value = msg.value()
+            kind = (
+                AcknowledgeType.RELEASE
+                if value in (b"r1", b"r2")
+                else AcknowledgeType.REJECT
+                if value == b"r3"
+                else AcknowledgeType.ACCEPT
+            )
+            consumer.acknowledge(msg, kind)
+        consumer.commit_sync()
+        again = poll_until(consumer, 2, 30)
+        for msg in again:
+            deliveries.append((msg.value(), msg.offset()))
+            consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
+        consumer.commit_sync()
+        assert sorted(v for v, _ in deliveries) == [b"r1", b"r2"]
+        assert poll_until(consumer, 1, 3) == [], "a rejected or accepted record came back"
+
+
+def test_records_of_a_consumer_closed_without_acknowledging_go_to_another(
+    broker: RunningBroker,
+) -> None:
+    topic, group = "sg-close", "sg-close-group"
+    broker.create_topic(topic, 1)
+    set_group_config(broker, group, share_auto_offset_reset="earliest")
+    values = [f"c{i}".encode() for i in range(20)]
+    produce_values(broker, topic, values)
+    explicit = {"share.acknowledgement.mode": "explicit"}
+    first = ShareConsumer(share_config(broker, group, **explicit))
+    first.subscribe([topic])
+    held = poll_until(first, 20)
+    assert len(held) == 20
+    first.close()  # nothing acknowledged: the records go back to the group
+    with ShareConsumer(share_config(broker, group)) as second:
+        second.subscribe([topic])
+        got = poll_until(second, 20, 60)
+    assert sorted(m.value() for m in got) == sorted(values)
+
+
+def test_a_new_group_reads_only_records_produced_after_it_joined(broker: RunningBroker) -> None:
+    topic, group = "sg-latest", "sg-latest-group"
+    broker.create_topic(topic, 1)
+    produce_values(broker, topic, [b"before"] * 5)
+    with ShareConsumer(share_config(broker, group)) as consumer:
+        consumer.subscribe([topic])
+        assert poll_until(consumer, 1, 5) == []  # joined, its share partition initialized
+        produce_values(broker, topic, [b"after"] * 3)
+        got = poll_until(consumer, 3)
+    assert [m.value() for m in got] == [b"after"] * 3
+
+
+def test_a_record_released_past_the_delivery_limit_is_archived(broker_factory: Any) -> None:
+    broker = broker_factory({"group.share.delivery.count.limit": "2"})
+    topic, group = "sg-limit", "sg-limit-group"
+    broker.create_topic(topic, 1)
+    set_group_config(broker, group, share_auto_offset_reset="earliest")
+    produce_values(broker, topic, [b"poison", b"fine"])
+    config = share_config(broker, group, **{"share.acknowledgement.mode": "explicit"})
+    poison_deliveries = 0
+    fine = 0
+    with ShareConsumer(config) as consumer:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for msg in consumer.poll(0.5) or []:
+                if msg.value() == b"poison":
+                    poison_deliveries += 1
+                    consumer.acknowledge(msg, AcknowledgeType.RELEASE)
+                else:
+                    fine += 1
+                    consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
+            consumer.commit_sync()
+            if poison_deliveries >= 2 and fine:
+                break
+        assert poll_until(consumer, 1, 4) == [], "archived past the limit"
+    assert poison_deliveries == 2
+    assert fine == 1
+
+
+def test_read_committed_skips_aborted_transactions(broker: RunningBroker) -> None:
+    topic, group = "sg-txn", "sg-txn-group"
+    broker.create_topic(topic, 1)
+    set_group_config(
+        broker, group, share_auto_offset_reset="earliest", share_isolation_level="read_committed"
+    )
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap(), "transactional.id": "sg-txn-producer"}
+    )
+    producer.init_transactions(30)
+    for value, commit in ((b"aborted", False), (b"committed", True)):
+        producer.begin_transaction()
+        for _ in range(3):
+            producer.produce(topic, value=value)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    with ShareConsumer(share_config(broker, group)) as consumer:
+        consumer.subscribe([topic])
+        got = poll_until(consumer, 3)
+        got += poll_until(consumer, 1, 3)
+    assert [m.value() for m in got] == [b"committed"] * 3

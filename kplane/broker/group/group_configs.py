@@ -15,6 +15,7 @@ from urllib.parse import quote, unquote
 from kplane.broker.config.definitions import ConfigType
 from kplane.broker.config.errors import ConfigException
 from kplane.broker.config.kafka_config import KafkaConfig
+from kplane.broker.group.share_config import parse_duration
 
 GROUPS = "groups"
 """The entity type of group configs under ``/config``."""
@@ -83,7 +84,8 @@ GROUP_CONFIGS: Mapping[str, GroupConfigDef] = {
             ConfigType.STRING,
             "",
             choices=("latest", "earliest"),
-            documentation="The strategy to initialize the share-partition start offset.",
+            documentation="The strategy to initialize the share-partition start offset: "
+            "latest, earliest, or by_duration:<ISO-8601 duration>.",
         ),
         GroupConfigDef(
             "share.isolation.level",
@@ -97,6 +99,12 @@ GROUP_CONFIGS: Mapping[str, GroupConfigDef] = {
 """Every group config by name."""
 
 _FIXED_DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted"}
+
+
+def _by_duration(value: str) -> bool:
+    """``by_duration:<ISO-8601 duration>`` (KIP-1106), a share.auto.offset.reset value."""
+    kind, _, duration = value.strip().partition(":")
+    return kind.lower() == "by_duration" and parse_duration(duration) is not None
 
 
 def group_node(group_id: str) -> str:
@@ -160,6 +168,8 @@ class GroupConfigManager:
             if definition is None:
                 raise ConfigException(f"Unknown group config name: {name}", name=name)
             if definition.choices:
+                if name == "share.auto.offset.reset" and _by_duration(value):
+                    continue
                 if value.lower() not in definition.choices:
                     raise ConfigException(
                         f"Invalid value {value} for configuration {name}: String must be one "

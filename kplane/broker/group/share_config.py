@@ -3,6 +3,8 @@ checks of their bounds."""
 
 from __future__ import annotations
 
+import datetime
+import re
 from dataclasses import dataclass
 
 from kplane.broker.config.errors import ConfigException
@@ -54,3 +56,22 @@ def share_group_config_from(config: KafkaConfig) -> ShareGroupConfig:
         delivery_count_limit=config.get_int("group.share.delivery.count.limit"),
         partition_max_record_locks=config.get_int("group.share.partition.max.record.locks"),
     )
+
+
+_DURATION = re.compile(
+    r"P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?",
+    re.IGNORECASE,
+)
+
+
+def parse_duration(text: str) -> datetime.timedelta | None:
+    """An ISO-8601 duration as Java's Duration.parse reads it (days, hours, minutes,
+    seconds), None when it is not one."""
+    found = _DURATION.fullmatch(text.strip())
+    if found is None or not any(found.groupdict().values()):
+        return None
+    parts = {k: float(v) for k, v in found.groupdict().items() if v}
+    return datetime.timedelta(
+        days=parts.get("d", 0), hours=parts.get("h", 0), minutes=parts.get("m", 0),
+        seconds=parts.get("s", 0),
+    )  # fmt: skip

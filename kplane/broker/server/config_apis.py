@@ -298,9 +298,6 @@ class ConfigApis:
             if not validate_only:
                 self.client.set_entity_config(GROUPS, group_node(name), configs)
                 log.info("group configs altered", group=name, keys=sorted(configs))
-                stored_only = sorted(k for k in configs if k.startswith("share."))
-                if stored_only:
-                    log.info("share group configs stored, not acted on", keys=stored_only)
             return
         if rtype == ConfigResourceType.CLIENT_METRICS:
             if not ctx.authorized(AclOperation.ALTER_CONFIGS, AclResourceType.CLUSTER):

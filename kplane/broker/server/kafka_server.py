@@ -86,10 +86,14 @@ from kplane.broker.server.request_handler import RequestHandlerPool
 from kplane.broker.server.request_metrics import RequestMetricsObserver
 from kplane.broker.server.sasl_apis import SaslApis
 from kplane.broker.server.scram_apis import ScramApis
+from kplane.broker.server.share_fetch_apis import ShareFetchApis
 from kplane.broker.server.share_group_apis import ShareGroupApis
 from kplane.broker.server.telemetry_apis import TelemetryApis
 from kplane.broker.server.topic_apis import TopicApis
 from kplane.broker.server.txn_apis import GROUP_METADATA_TOPIC, TxnApis, TxnMarkerWriter
+from kplane.broker.share.share_partition_manager import SharePartitionManager
+from kplane.broker.share.share_session import ShareSessionCache
+from kplane.broker.share.share_state_store import ShareStateStore
 from kplane.broker.telemetry.exporter import ClientMetricsExporter
 from kplane.broker.telemetry.manager import ClientMetricsManager
 from kplane.broker.telemetry.subscriptions import CLIENT_METRICS, subscription_node
@@ -270,7 +274,27 @@ class KafkaServer:
             share_config=share_group_config_from(config),
         )
         self.lifecycle.on_shutdown("stop group coordinator", self.group_coordinator.shutdown)
+        self._start_share_partitions()
         self._start_transaction_coordinator(config)
+
+    def _start_share_partitions(self) -> None:
+        """KIP-932's share partitions beside the leaders, their state in the metadata
+        store, and the share sessions; a member that left gives its records back."""
+        self.share_partitions = SharePartitionManager(
+            self.replica_manager,
+            self.group_coordinator.share_config,
+            self.group_configs,
+            ShareStateStore(self.store),
+            self.fetch_purgatory.check_and_complete,
+        )
+        self.share_sessions = ShareSessionCache()
+
+        def member_left(group_id: str, member_id: str) -> None:
+            self.share_sessions.close(group_id, member_id)
+            self.share_partitions.release(group_id, member_id)
+
+        self.group_coordinator.share.add_member_listener(member_left)
+        self.group_coordinator.share_group_deleted.append(self.share_partitions.delete_group)
 
     def _start_replication(self, config: KafkaConfig) -> None:
         """The fetchers of the partitions this broker follows, and the leader's periodic
@@ -617,16 +641,21 @@ class KafkaServer:
                 if self.group_coordinator.config.consumer_protocol
                 else []
             ),
-            *(
-                [
-                    ShareGroupApis(
-                        self.group_coordinator,
-                        topic_name_of=self.cache.topic_name,
-                        owns=self._owns_group,
-                    ),
-                ]
-                if self.group_coordinator.share_config.enabled
-                else []
+            *self._share_apis(),
+        ]
+
+    def _share_apis(self) -> list[ApiFamily]:
+        """KIP-932's APIs, served with group.share.enable."""
+        if not self.group_coordinator.share_config.enabled:
+            return []
+        return [
+            ShareGroupApis(
+                self.group_coordinator,
+                topic_name_of=self.cache.topic_name,
+                owns=self._owns_group,
+            ),
+            ShareFetchApis(
+                self.share_partitions, self.share_sessions, self.cache, self.fetch_purgatory
             ),
         ]
 

@@ -1,0 +1,396 @@
+"""SharePartitionManager: the share partitions this broker leads (Kafka's
+SharePartitionManager), read through the Fetch path's log reads.
+
+A share partition is made when a group first fetches a partition led here: from its stored
+state (:mod:`kplane.broker.share.share_state_store`), or at the offset
+``share.auto.offset.reset`` names (latest by default, earliest, or ``by_duration:<ISO-8601
+duration>``). It is made again when the partition's leader epoch moved (the leadership went
+elsewhere and came back: another leader may have written since). A fetch reads whole
+batches with :meth:`ReplicaManager.read` from the first record it can acquire, at the
+group's ``share.isolation.level``, and acquires records of them; an acknowledgement settles
+them. State that changed is written before the request is answered.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from kplane.broker.group.group_configs import GroupConfigManager
+from kplane.broker.group.share_config import ShareGroupConfig, parse_duration
+from kplane.broker.log.partition import Partition, TopicPartition
+from kplane.broker.log.transaction_index import AbortedTxn
+from kplane.broker.metadata.store import StoreError
+from kplane.broker.share.share_partition import (
+    AcknowledgementBatch,
+    AcquiredRecords,
+    FetchedBatch,
+    RecordState,
+    SharePartition,
+)
+from kplane.broker.share.share_state_store import ShareStateStore
+from kplane.broker.utils.file_region import Transferable, materialize
+from kplane.broker.utils.interval_log import IntervalWarning
+from kplane.protocol.errors import ErrorCode, KafkaError
+from kplane.protocol.records import BatchHeader, InvalidRecordError, read_partial_batches
+
+log = structlog.get_logger(__name__)
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+
+class ReadOutcome(Protocol):
+    """What a log read gives (ReplicaManager's ReadResult)."""
+
+    error: ErrorCode
+    views: list[Transferable]
+    aborted_transactions: list[AbortedTxn] | None
+
+
+class LogReader(Protocol):
+    """The Fetch path's reads (ReplicaManager)."""
+
+    def leader_partition(self, tp: TopicPartition, current_leader_epoch: int = -1) -> Partition: ...
+
+    def read(
+        self,
+        tp: TopicPartition,
+        offset: int,
+        max_bytes: int,
+        min_one_batch: bool,
+        isolation_level: int = READ_UNCOMMITTED,
+        current_leader_epoch: int = -1,
+    ) -> ReadOutcome: ...
+
+
+@dataclass(slots=True)
+class PartitionFetch:
+    """One partition's part of a ShareFetch answer."""
+
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    records: bytes = b""
+    acquired: list[AcquiredRecords] = field(default_factory=list)
+
+
+def now_ms() -> float:
+    return time.time() * 1000.0
+
+
+class SharePartitionManager:
+    """Every share partition of this broker, by (group id, partition)."""
+
+    def __init__(
+        self,
+        replicas: LogReader,
+        config: ShareGroupConfig,
+        group_configs: GroupConfigManager,
+        store: ShareStateStore | None,
+        wake: Callable[[TopicPartition], object] = lambda _tp: None,
+    ) -> None:
+        self._replicas = replicas
+        self.config = config
+        self._group_configs = group_configs
+        self._store = store
+        self._wake = wake
+        self._partitions: dict[tuple[str, TopicPartition], SharePartition] = {}
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._not_written = IntervalWarning("share-partition state not written")
+
+    # -- settings ---------------------------------------------------------------------
+
+    def _setting(self, group_id: str, name: str, default: str) -> str:
+        return self._group_configs.overrides(group_id).get(name, default)
+
+    def lock_duration_ms(self, group_id: str) -> int:
+        return int(
+            self._setting(
+                group_id, "share.record.lock.duration.ms", str(self.config.record_lock_duration_ms)
+            )
+        )
+
+    def isolation_level(self, group_id: str) -> int:
+        level = self._setting(group_id, "share.isolation.level", "read_uncommitted")
+        return READ_COMMITTED if level.lower() == "read_committed" else READ_UNCOMMITTED
+
+    def _initial_offset(self, group_id: str, partition: Partition) -> int:
+        reset = self._setting(group_id, "share.auto.offset.reset", "latest").strip().lower()
+        log_ = partition.log
+        if reset == "earliest":
+            return log_.log_start_offset
+        if reset.startswith("by_duration:"):
+            duration = parse_duration(reset.partition(":")[2])
+            if duration is not None:
+                since = now_ms() - duration / datetime.timedelta(milliseconds=1)
+                found = log_.offset_for_timestamp(int(since))
+                return found[0] if found is not None else partition.high_watermark
+        return partition.high_watermark
+
+    # -- share partitions -------------------------------------------------------------
+
+    def _share_partition(
+        self, group_id: str, tp: TopicPartition
+    ) -> tuple[SharePartition, Partition]:
+        """The share partition of ``group_id`` on ``tp``, made or loaded when new here or
+        when the leader epoch moved; KafkaError when ``tp`` is not led here."""
+        partition = self._replicas.leader_partition(tp)
+        key = (group_id, tp)
+        with self._lock:
+            found = self._partitions.get(key)
+        if found is not None and found.leader_epoch == partition.leader_epoch:
+            return found, partition
+        made = self._load(group_id, tp, partition)
+        with self._lock:
+            found = self._partitions.get(key)
+            if found is not None and found.leader_epoch == partition.leader_epoch:
+                return found, partition
+            self._partitions[key] = made
+        return made, partition
+
+    def _load(self, group_id: str, tp: TopicPartition, partition: Partition) -> SharePartition:
+        try:
+            doc = self._store.read(group_id, tp) if self._store is not None else None
+        except (StoreError, ValueError) as exc:
+            raise KafkaError(
+                ErrorCode.coordinator_load_in_progress, f"share state unreadable: {exc}"
+            ) from exc
+        limits: dict[str, Any] = {
+            "delivery_count_limit": self.config.delivery_count_limit,
+            "max_in_flight": self.config.partition_max_record_locks,
+            "leader_epoch": partition.leader_epoch,
+        }
+        if doc is not None:
+            made = SharePartition(
+                int(doc["start_offset"]),
+                records=[
+                    (int(f), int(last), RecordState(int(s)), int(c))
+                    for f, last, s, c in doc.get("state_batches", ())
+                ],
+                **limits,
+            )
+            log.info(
+                "share partition loaded",
+                group=group_id,
+                partition=str(tp),
+                start_offset=made.start_offset,
+                in_flight=len(made.records),
+            )
+        else:
+            made = SharePartition(self._initial_offset(group_id, partition), **limits)
+            made.dirty = True
+            log.info(
+                "share partition initialized",
+                group=group_id,
+                partition=str(tp),
+                start_offset=made.start_offset,
+            )
+        return made
+
+    def partitions_of(self, group_id: str) -> list[tuple[TopicPartition, SharePartition]]:
+        with self._lock:
+            return [(tp, sp) for (g, tp), sp in self._partitions.items() if g == group_id]
+
+    # -- ShareFetch and ShareAcknowledge ----------------------------------------------
+
+    def acknowledge(
+        self,
+        group_id: str,
+        member_id: str,
+        acks: Mapping[TopicPartition, Sequence[AcknowledgementBatch]],
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Settle acknowledged records; each partition's refusal, None where accepted."""
+        out: dict[TopicPartition, KafkaError | None] = {}
+        touched: list[tuple[tuple[str, TopicPartition], SharePartition]] = []
+        deadline = now_ms() + self.lock_duration_ms(group_id)
+        for tp, batches in acks.items():
+            try:
+                sp, _partition = self._share_partition(group_id, tp)
+                with sp.lock:
+                    sp.acknowledge(member_id, batches, deadline)
+                touched.append(((group_id, tp), sp))
+                out[tp] = None
+            except KafkaError as exc:
+                out[tp] = exc
+        self._persist(touched)
+        for (_g, tp), sp in touched:
+            if sp.count(RecordState.AVAILABLE):
+                self._wake(tp)
+        return out
+
+    def fetch(
+        self,
+        group_id: str,
+        member_id: str,
+        tps: Sequence[TopicPartition],
+        max_bytes: int,
+        max_records: int,
+    ) -> dict[TopicPartition, PartitionFetch]:
+        """Acquire records of ``tps`` for ``member_id``: at most ``max_records`` in all
+        (whole batches), reading up to ``max_bytes`` (at least one batch)."""
+        out: dict[TopicPartition, PartitionFetch] = {}
+        touched: list[tuple[tuple[str, TopicPartition], SharePartition]] = []
+        isolation = self.isolation_level(group_id)
+        deadline = now_ms() + self.lock_duration_ms(group_id)
+        records_left, bytes_left = max(max_records, 1), max(max_bytes, 1)
+        for tp in tps:
+            if records_left <= 0 or bytes_left <= 0:
+                break
+            try:
+                sp, partition = self._share_partition(group_id, tp)
+                with sp.lock:
+                    result = self._acquire(
+                        sp, partition, tp, member_id, isolation, deadline, records_left, bytes_left
+                    )
+                touched.append(((group_id, tp), sp))
+            except KafkaError as exc:
+                result = PartitionFetch(exc.code, exc.message)
+            out[tp] = result
+            records_left -= sum(a.last_offset - a.first_offset + 1 for a in result.acquired)
+            bytes_left -= len(result.records)
+        self._persist(touched)
+        return out
+
+    def _acquire(
+        self,
+        sp: SharePartition,
+        partition: Partition,
+        tp: TopicPartition,
+        member_id: str,
+        isolation: int,
+        deadline: float,
+        max_records: int,
+        max_bytes: int,
+    ) -> PartitionFetch:
+        sp.expire_locks(now_ms())
+        sp.move_start(partition.log.log_start_offset)
+        offset = sp.next_fetch_offset()
+        result = self._replicas.read(tp, offset, max_bytes, True, isolation, sp.leader_epoch)
+        if result.error is ErrorCode.offset_out_of_range:
+            return PartitionFetch()  # at the log's end: nothing yet
+        if result.error is not ErrorCode.none:
+            return PartitionFetch(result.error)
+        if not result.views:
+            return PartitionFetch()
+        buffer = b"".join(materialize(result.views))
+        try:
+            headers = read_partial_batches(buffer)
+        except InvalidRecordError as exc:
+            raise KafkaError(ErrorCode.corrupt_message, exc.message) from exc
+        aborted = _aborted_check(result.aborted_transactions)
+        acquired = sp.acquire(
+            member_id,
+            [
+                FetchedBatch(h.base_offset, h.last_offset, h.is_control or aborted(h))
+                for h in headers
+            ],
+            max_records,
+            deadline,
+        )
+        if not acquired:
+            return PartitionFetch()
+        first, last = acquired[0].first_offset, acquired[-1].last_offset
+        used = [h for h in headers if h.last_offset >= first and h.base_offset <= last]
+        start, end = used[0].position, used[-1].position + used[-1].size
+        return PartitionFetch(records=buffer[start:end], acquired=acquired)
+
+    def acquirable(self, group_id: str, tps: Sequence[TopicPartition]) -> bool:
+        """Whether a fetch of ``tps`` would acquire something now (or answer an error)."""
+        isolation = self.isolation_level(group_id)
+        for tp in tps:
+            try:
+                sp, partition = self._share_partition(group_id, tp)
+            except KafkaError:
+                return True
+            end = (
+                partition.last_stable_offset
+                if isolation == READ_COMMITTED
+                else partition.high_watermark
+            )
+            with sp.lock:
+                sp.expire_locks(now_ms())
+                if sp.can_acquire(end):
+                    return True
+        return False
+
+    # -- members and groups -----------------------------------------------------------
+
+    def release(
+        self, group_id: str, member_id: str, tps: Sequence[TopicPartition] | None = None
+    ) -> int:
+        """The records ``member_id`` holds (of ``tps``, or everywhere) go back to the group;
+        returns how many."""
+        wanted = None if tps is None else set(tps)
+        touched = [
+            ((group_id, tp), sp)
+            for tp, sp in self.partitions_of(group_id)
+            if wanted is None or tp in wanted
+        ]
+        released = 0
+        for _key, sp in touched:
+            with sp.lock:
+                released += sp.release_member(member_id)
+        self._persist(touched)
+        for (_g, tp), _sp in touched:
+            self._wake(tp)
+        if released:
+            log.info("share records released", group=group_id, member=member_id, records=released)
+        return released
+
+    def delete_group(self, group_id: str) -> None:
+        """A share group was deleted: its share partitions and stored state go."""
+        with self._lock:
+            for key in [k for k in self._partitions if k[0] == group_id]:
+                del self._partitions[key]
+        if self._store is not None:
+            with self._write_lock:
+                self._store.delete(group_id)
+
+    def _persist(
+        self, touched: Sequence[tuple[tuple[str, TopicPartition], SharePartition]]
+    ) -> None:
+        """Write the state of the share partitions that changed, together."""
+        if self._store is None:
+            return
+        with self._write_lock:
+            docs = {}
+            for key, sp in touched:
+                with sp.lock:
+                    if sp.dirty:
+                        docs[key] = sp.to_json()
+                        sp.dirty = False
+            if not docs:
+                return
+            try:
+                self._store.write(docs)
+            except StoreError as exc:
+                for key, sp in touched:
+                    if key in docs:
+                        sp.dirty = True
+                self._not_written.record(error=str(exc))
+
+
+def _aborted_check(aborted: list[AbortedTxn] | None) -> Callable[[BatchHeader], bool]:
+    """Whether a batch belongs to one of the ``aborted`` transactions (read_committed)."""
+    if not aborted:
+        return lambda _h: False
+    by_producer: dict[int, list[AbortedTxn]] = {}
+    for txn in aborted:
+        by_producer.setdefault(txn.producer_id, []).append(txn)
+
+    def check(h: BatchHeader) -> bool:
+        if not h.is_transactional:
+            return False
+        return any(
+            t.first_offset <= h.base_offset <= t.last_offset
+            for t in by_producer.get(h.producer_id, ())
+        )
+
+    return check
