@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
@@ -16,9 +17,9 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewTopic,
     ResourceType,
 )
-
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.list_groups.v5.request import ListGroupsRequest
@@ -344,3 +345,54 @@ def test_read_committed_skips_aborted_transactions(broker: RunningBroker) -> Non
         got = poll_until(consumer, 3)
         got += poll_until(consumer, 1, 3)
     assert [m.value() for m in got] == [b"committed"] * 3
+
+
+def test_a_groups_progress_survives_a_kplane_serve_restart(
+    broker_process: Any, tmp_path: Path
+) -> None:
+    topic, group = "sg-restart", "sg-restart-group"
+    serve = [f"log.dirs={tmp_path / 'data'}", "num.partitions=1"]
+    first = broker_process(None, *serve)
+    bootstrap = f"127.0.0.1:{first.port}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(30)
+    values = [f"p{i}".encode() for i in range(10)]
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "share.acknowledgement.mode": "explicit",
+    }
+    alter = ConfigResource(
+        ResourceType.GROUP,
+        group,
+        incremental_configs=[
+            ConfigEntry(
+                "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET
+            )
+        ],
+    )
+    for future in admin.incremental_alter_configs([alter]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for value in values:
+        producer.produce(topic, value=value)
+    assert producer.flush(30) == 0
+    consumer = ShareConsumer(config)
+    consumer.subscribe([topic])
+    got = poll_until(consumer, 10)
+    assert len(got) == 10
+    for msg in got:
+        if msg.offset() < 6:
+            consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
+    consumer.commit_sync()
+    first.kill()  # no clean stop: what was accepted was stored before the answer
+    consumer.close()
+
+    again = broker_process(None, *serve)
+    config["bootstrap.servers"] = f"127.0.0.1:{again.port}"
+    with ShareConsumer({**config, "share.acknowledgement.mode": "implicit"}) as second:
+        second.subscribe([topic])
+        redelivered = poll_until(second, 4, 60)
+        redelivered += poll_until(second, 1, 3)
+    assert sorted(m.value() for m in redelivered) == values[6:]
