@@ -5,6 +5,9 @@ while latencies are measured. ``parse_scrape`` keeps every kplane gauge (queue s
 fractions) and the cumulative ``_sum``/``_count`` of a few RequestMetrics histograms per
 request and plane. Metrics are named by their Kafka MBean name (``RequestQueueSize``) with
 their labels in Prometheus form: ``RequestQueueTimeMs_sum{plane="data",request="Produce"}``.
+The gauges the load's clients pushed (KIP-714) are kept too, by the name the broker exposes
+them under and their client id and own labels:
+``org_apache_kafka_producer_request_latency_avg{client_id="kplane-loadtest-0"}``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ MBEANS = (
 KAFKA_NAMES = {metric_name(*mbean): mbean[2] for mbean in MBEANS}
 """Prometheus name -> Kafka MBean name, for the metrics kept."""
 HISTOGRAM_SUFFIXES = ("_sum", "_count")
+CLIENT_METRIC_PREFIX = "org_apache_kafka_"
+"""The metrics Kafka clients push (KIP-714), as the broker exposes them."""
+CLIENT_LABELS_DROPPED = ("client_instance_id", "client_software_name", "client_software_version")
 
 
 @dataclass(frozen=True)
@@ -54,11 +60,17 @@ class Sample:
 
 def parse_scrape(at: float, text: str, labels: Mapping[str, str] | None = None) -> list[Sample]:
     """The samples of one scrape taken at ``at``: gauges of ``KAFKA_NAMES`` and the
-    ``_sum``/``_count`` of its histograms, with ``labels`` added to their own (a cluster's
-    ``broker``); everything else is dropped."""
+    ``_sum``/``_count`` of its histograms, and the clients' pushed gauges, with ``labels``
+    added to their own (a cluster's ``broker``); everything else is dropped."""
     extra = dict(labels or {})
     samples = []
     for family in text_string_to_metric_families(text):
+        if family.name.startswith(CLIENT_METRIC_PREFIX) and family.type == "gauge":
+            for s in family.samples:
+                own = {k: v for k, v in s.labels.items() if k not in CLIENT_LABELS_DROPPED}
+                metric = family.name + _labels({**own, **extra})
+                samples.append(Sample(at, metric, float(s.value)))
+            continue
         kafka_name = KAFKA_NAMES.get(family.name)
         if kafka_name is None or family.type not in ("gauge", "histogram"):
             continue

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from kplane.tools.loadtest.controller import ControlResult
-from kplane.tools.loadtest.metrics import Sample, split_metric
+from kplane.tools.loadtest.metrics import CLIENT_METRIC_PREFIX, Sample, split_metric
 from kplane.tools.loadtest.producers import LoadResult
 from kplane.tools.loadtest.scenarios import Target
 
@@ -74,6 +74,8 @@ class ScenarioRun:
     propagation: list[ControlResult] = field(default_factory=list)
     moves: dict[str, Any] | None = None
     """A cluster scenario's leader moves (``leader_moves.MoveCounts``)."""
+    client_telemetry: str = "not subscribed: no data load"
+    """Whether the load's Producers were subscribed to push their metrics (KIP-714)."""
 
 
 def request_rows(runs: Iterable[ScenarioRun]) -> dict[str, list[Any]]:
@@ -255,6 +257,9 @@ def scenario_summary(run: ScenarioRun) -> dict[str, Any]:
         # Inside the broker: time in the request queue, and from read to response written.
         "request_queue_time_ms_mean": mean_broker_times(run.samples, QUEUE_TIME_PREFIX),
         "total_time_ms_mean": mean_broker_times(run.samples, TOTAL_TIME_PREFIX),
+        # What the Producers measured themselves and pushed (KIP-714), over every client.
+        "client_metrics": client_metric_stats(run.samples),
+        "client_telemetry": run.client_telemetry,
         "scrapes": len({s.time for s in run.samples}),
         "scrape_failures": run.scrape_failures,
     }
@@ -326,6 +331,19 @@ def queue_stats(values: Sequence[float]) -> dict[str, float] | None:
         "p50": float(np.percentile(a, 50)),
         "max": float(a.max()),
         "nonzero_fraction": float((a > 0).mean()),
+    }
+
+
+def client_metric_stats(samples: Iterable[Sample]) -> dict[str, dict[str, float]]:
+    """Each pushed client metric (its name without labels) -> samples, mean and max over
+    the scenario's scrapes and clients."""
+    values: dict[str, list[float]] = {}
+    for s in samples:
+        if s.metric.startswith(CLIENT_METRIC_PREFIX):
+            values.setdefault(_base(s.metric), []).append(s.value)
+    return {
+        metric: {"samples": len(v), "mean": float(np.mean(v)), "max": float(np.max(v))}
+        for metric, v in sorted(values.items())
     }
 
 

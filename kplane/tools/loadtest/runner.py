@@ -48,6 +48,7 @@ import uvloop
 from confluent_kafka import KafkaException
 
 from kplane.common.network.connection import UnsupportedApi
+from kplane.tools.loadtest import client_telemetry
 from kplane.tools.loadtest.cli import add_arguments
 from kplane.tools.loadtest.controller import API_TITLES, ControlPlan, ControlResult, FakeController
 from kplane.tools.loadtest.leader_moves import LeaderMover
@@ -313,6 +314,8 @@ async def _measure(
     run = ScenarioRun(
         name, target, {API_TITLES[k]: v for k, v in versions.items()}, float(args.duration)
     )
+    if data_load:
+        run.client_telemetry = await client_telemetry.subscribe(bootstrap)
     try:
         async with _data_load(args, bootstrap, partitions, data_load) as load:
             if scraper is not None:
@@ -325,6 +328,8 @@ async def _measure(
                     run.scrape_failures = scraper.failures
     finally:
         controller.close()
+        if data_load:
+            await client_telemetry.unsubscribe(bootstrap)
     run.control = controller.results
     run.connect_failures = controller.connect_failures
     return run
@@ -350,11 +355,13 @@ async def _measure_cluster(
         float(args.duration),
         brokers=cluster.brokers,
     )
+    run.client_telemetry = await client_telemetry.subscribe(cluster.bootstrap)
     try:
         async with _data_load(args, cluster.bootstrap, partitions, True) as load:
             run.load = await _run_loaded(name, mover, args, load, progress)
     finally:
         mover.close()
+        await client_telemetry.unsubscribe(cluster.bootstrap)
     run.control = mover.results
     run.propagation = mover.propagation
     run.samples = mover.samples

@@ -7,6 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 HEADER = ("scenario", "control p50 ms", "p99 ms", "max ms", "requests", "errors", "data msg/s")
+CLIENT_LATENCY_AVG = "org_apache_kafka_producer_request_latency_avg"
+CLIENT_LATENCY_MAX = "org_apache_kafka_producer_request_latency_max"
+"""librdkafka's pushed Produce request latency (KIP-714), as the broker exposes it."""
 
 
 def _ms(value: float | None) -> str:
@@ -39,6 +42,23 @@ def _ratio_label(key: str) -> str:
     return f"{top[0]}/{bottom[0]} {top[1].replace('_', ' ')}"
 
 
+def _client_line(name: str, scenario: Mapping[str, Any]) -> str | None:
+    """The Producers' pushed request latency beside the broker's Produce TotalTimeMs."""
+    client = scenario.get("client_metrics") or {}
+    avg = client.get(CLIENT_LATENCY_AVG)
+    if avg is None:
+        return None
+    peak = client.get(CLIENT_LATENCY_MAX, {}).get("max")
+    broker = {
+        k: v for k, v in (scenario.get("total_time_ms_mean") or {}).items() if "Produce/" in k
+    }
+    broker_ms = _ms(sum(broker.values()) / len(broker)) if broker else "-"
+    return (
+        f"  {name}: client request latency avg {_ms(avg['mean'])} ms, max {_ms(peak)} ms; "
+        f"broker Produce TotalTimeMs mean {broker_ms} ms"
+    )
+
+
 def summary_table(summary: Mapping[str, Any]) -> str:
     """The lines printed at the end of a run."""
     options = summary.get("options", {})
@@ -61,6 +81,10 @@ def summary_table(summary: Mapping[str, Any]) -> str:
     ratios = summary.get("ratios", {})
     if ratios:
         lines += ["", *(f"{_ratio_label(key)}: {value:.1f}x" for key, value in ratios.items())]
+    client_lines = [line for s in scenarios.items() if (line := _client_line(*s))]
+    if client_lines:
+        lines += ["", "Produce latency, as the clients measured it (KIP-714) and the broker:"]
+        lines += client_lines
     out = options.get("out")
     lines += [
         "",

@@ -12,7 +12,9 @@ Reads what ``kplane loadtest`` writes into RESULTS_DIR:
   brokers);
 * ``summary.json`` (optional): shown as it is.
 
-and writes report.md, report.html, latency.csv and four PNG charts. Percentiles are exact
+and writes report.md, report.html, latency.csv and four PNG charts. When the samples hold
+metrics the load's clients pushed (KIP-714), a table shows them per scenario beside the
+broker's own Produce TotalTimeMs. Percentiles are exact
 (Spark's ``percentile``: linear interpolation, as numpy's default) over every request that
 has a latency, failed ones included as in Kafka's TotalTimeMs. Times are seconds since each
 scenario's first request or sample. Only aggregates are collected to the driver.
@@ -56,6 +58,10 @@ CDF_QUANTILES = tuple(
     sorted({i / 180 for i in range(181)} | {0.99 + i / 1000 for i in range(1, 10)} | {0.9999})
 )
 QUEUE_METRIC_MARK = "QueueSize"
+CLIENT_METRIC_PREFIX = "org_apache_kafka_"
+"""The metrics clients pushed (KIP-714), as the broker exposes them."""
+BROKER_PRODUCE_TIME = "broker Produce TotalTimeMs"
+CLIENT_HEADER = ("scenario", "measured by", "metric", "samples", "mean", "max")
 REQUEST_COLUMNS = {
     "scenario": "string",
     "plane": "string",
@@ -103,6 +109,19 @@ class LatencyRow:
 
 
 @dataclass(frozen=True)
+class ClientMetricRow:
+    """A pushed client metric over one scenario (every client's samples), or the broker's
+    Produce TotalTimeMs beside it (``samples``: the requests, ``max`` None)."""
+
+    scenario: str
+    source: str  # "clients" or "broker"
+    metric: str
+    samples: int
+    mean: float | None
+    max: float | None
+
+
+@dataclass(frozen=True)
 class Analysis:
     """Everything the report shows; small enough to hold on the driver."""
 
@@ -114,6 +133,7 @@ class Analysis:
     throughput: Curves
     queue: Curves
     spark_version: str
+    client_metrics: list[ClientMetricRow] = dataclasses.field(default_factory=list)
 
     @property
     def scenarios(self) -> set[str]:
@@ -309,6 +329,7 @@ def analyse(spark: SparkSession, requests_path: Path, samples_path: Path) -> Ana
             throughput=throughput_curves(timed),
             queue=queue_curves(_relative(samples, "time", starts)) if samples is not None else {},
             spark_version=spark.version,
+            client_metrics=client_metric_table(samples) if samples is not None else [],
         )
     finally:
         timed.unpersist()
@@ -465,6 +486,46 @@ def queue_curves(samples: DataFrame) -> Curves:
     return _series(rows, "metric", "value")
 
 
+def client_metric_table(samples: DataFrame) -> list[ClientMetricRow]:
+    """Per scenario: each pushed client metric's samples, mean and max over every client,
+    and the broker's mean Produce TotalTimeMs (from its cumulative ``_sum`` and ``_count``,
+    per broker, over the scenario)."""
+    from pyspark.sql import functions as F
+
+    base = F.split("metric", "[{]").getItem(0)
+    clients = (
+        samples.filter(F.col("metric").startswith(CLIENT_METRIC_PREFIX))
+        .groupBy("scenario", base.alias("name"))
+        .agg(F.count("value").alias("n"), F.avg("value").alias("mean"), F.max("value").alias("max"))
+        .collect()
+    )
+    if not clients:
+        return []
+    rows = [
+        ClientMetricRow(r["scenario"], "clients", r["name"], int(r["n"]), r["mean"], r["max"])
+        for r in clients
+    ]
+    grown = (
+        samples.filter(
+            F.col("metric").startswith("TotalTimeMs_") & F.col("metric").contains('"Produce"')
+        )
+        .groupBy("scenario", "metric")
+        .agg((F.max("value") - F.min("value")).alias("grown"))
+        .collect()
+    )
+    totals: defaultdict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for r in grown:
+        totals[r["scenario"]][0 if r["metric"].startswith("TotalTimeMs_sum") else 1] += r["grown"]
+    for scenario, (total_ms, count) in totals.items():
+        if count > 0:
+            rows.append(
+                ClientMetricRow(
+                    scenario, "broker", BROKER_PRODUCE_TIME, int(count), total_ms / count, None
+                )
+            )
+    return sorted(rows, key=lambda r: (_order(r.scenario), r.source, r.metric))
+
+
 def _series(rows: Iterable[Row], key: str, value: str) -> Curves:
     """Curves keyed (scenario, row[key]) of (second, row[value]), in report order."""
     points: defaultdict[tuple[str, str], Points] = defaultdict(list)
@@ -538,6 +599,7 @@ class Document:
     table: list[list[str]]
     charts: dict[str, str]  # file name → title
     summary: str | None
+    client_table: list[list[str]] = dataclasses.field(default_factory=list)
 
 
 def _document(analysis: Analysis, results_dir: Path, master: str) -> Document:
@@ -556,6 +618,10 @@ def _document(analysis: Analysis, results_dir: Path, master: str) -> Document:
         table=[_table_cells(row) for row in analysis.latency],
         charts=CHART_TITLES,
         summary=_read_summary(results_dir / "summary.json"),
+        client_table=[
+            [r.scenario, r.source, r.metric, str(r.samples), _number(r.mean), _number(r.max)]
+            for r in analysis.client_metrics
+        ],
     )
 
 
@@ -637,6 +703,10 @@ def render_markdown(doc: Document) -> str:
     align = ["---"] * len(NAME_HEADER) + ["---:"] * len(NUMBER_HEADER)
     lines += [_md_row(NAME_HEADER + NUMBER_HEADER), _md_row(align)]
     lines += [_md_row(cells) for cells in doc.table]
+    if doc.client_table:
+        lines += ["", f"## {CLIENT_TITLE}", ""]
+        lines += [_md_row(CLIENT_HEADER), _md_row(["---"] * 3 + ["---:"] * 3)]
+        lines += [_md_row(cells) for cells in doc.client_table]
     lines += ["", "## Charts", ""]
     for name, title in doc.charts.items():
         lines += [f"### [{title}]({name})", "", f"![{title}]({name})", ""]
@@ -665,7 +735,9 @@ def render_html(doc: Document) -> str:
             for label, ratio, detail in doc.headlines
         ),
         "</ul><h2>Latency per scenario, plane and API</h2>",
-        f"<table><thead><tr>{head}</tr></thead><tbody>\n{body_rows}</tbody></table><h2>Charts</h2>",
+        f"<table><thead><tr>{head}</tr></thead><tbody>\n{body_rows}</tbody></table>",
+        _html_client_table(doc.client_table),
+        "<h2>Charts</h2>",
         *(
             f'<h3><a href="{e(name)}">{e(title)}</a></h3><img src="{e(name)}" alt="{e(title)}">'
             for name, title in doc.charts.items()
@@ -677,12 +749,24 @@ def render_html(doc: Document) -> str:
     return "\n".join(parts)
 
 
-def _html_row(cells: Sequence[str]) -> str:
-    """A table row; the number cells are right-aligned."""
+CLIENT_TITLE = "What the clients measured (KIP-714), beside the broker"
+
+
+def _html_client_table(rows: list[list[str]]) -> str:
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(cell)}</th>" for cell in CLIENT_HEADER)
+    body = "".join(_html_row(cells, names=3) for cells in rows)
+    return (
+        f"<h2>{html.escape(CLIENT_TITLE)}</h2>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>\n{body}</tbody></table>"
+    )
+
+
+def _html_row(cells: Sequence[str], names: int = len(NAME_HEADER)) -> str:
+    """A table row; the number cells (after the first ``names``) are right-aligned."""
     tds = (
-        f"<td>{html.escape(c)}</td>"
-        if i < len(NAME_HEADER)
-        else f'<td class="n">{html.escape(c)}</td>'
+        f"<td>{html.escape(c)}</td>" if i < names else f'<td class="n">{html.escape(c)}</td>'
         for i, c in enumerate(cells)
     )
     return f"<tr>{''.join(tds)}</tr>\n"
