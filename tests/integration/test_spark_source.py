@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import Producer as ConfluentProducer
@@ -21,7 +22,12 @@ from kplane.common.certs import PkiFiles
 from kplane.common.network.config import ClientConfig
 from kplane.spark import register
 from kplane.testing.plugin import RunningBroker
+from kplane.tools.loadtest.controller import ControlResult
+from kplane.tools.loadtest.metrics import Sample
+from kplane.tools.loadtest.publish import publish_results
+from kplane.tools.loadtest.results import ScenarioRun
 from kplane.tools.report import pipeline as report
+from kplane.tools.report.from_topic import build_report_from_topic
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
@@ -260,3 +266,34 @@ def test_sasl_ssl_through_kafka_options(
     frame.write.format("kplane").options(**client).option("topic", "secret").mode("append").save()
     read = spark.read.format("kplane").options(**client).option("subscribe", "secret").load()
     assert sorted(bytes(r.value) for r in read.collect()) == [b"v%d" % i for i in range(10)]
+
+
+def test_loadtest_results_through_a_topic_into_the_report(
+    spark: Any, broker: RunningBroker, tmp_path: Path
+) -> None:
+    """kplane loadtest --to-topic publishes what kplane report --from-topic analyses."""
+    start = 1_700_000_000.0
+    runs = [
+        ScenarioRun(
+            name,
+            None,  # type: ignore[arg-type]  # the results never read the target
+            {},
+            10.0,
+            control=[
+                ControlResult("UpdateMetadata", start + i * 0.05, scale * (1 + i % 17), None)
+                for i in range(200)
+            ],
+            samples=[Sample(start + i, "RequestQueueSize", scale * i) for i in range(10)],
+        )
+        for name, scale in (("shared", 40.0), ("separated", 2.0))
+    ]
+    broker.create_topic("results", partitions=2)
+    published = publish_results(broker.bootstrap(), "results", runs, {"duration_s": 10})
+    assert published == 2 * 200 + 2 * 10 + 1
+    out = tmp_path / "report"
+    result = build_report_from_topic(broker.bootstrap(), "results", out, "local[2]")
+    for name, scale in (("shared", 40.0), ("separated", 2.0)):
+        latencies = [scale * (1 + i % 17) for i in range(200)]
+        assert result.control_p99[name] == pytest.approx(float(np.percentile(latencies, 99)))
+    assert json.loads((out / "summary.json").read_text()) == {"duration_s": 10}
+    assert "| shared | control | UpdateMetadata | 200 |" in (out / "report.md").read_text()

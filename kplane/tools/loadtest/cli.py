@@ -180,6 +180,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the whole summary (summary.json) instead of the table",
     )
+    parser.add_argument(
+        "--to-topic",
+        metavar="TOPIC",
+        help="also publish the results (requests, samples, summary) as records to TOPIC, "
+        "for kplane report --from-topic",
+    )
+    parser.add_argument(
+        "--to-bootstrap-server",
+        metavar="HOST:PORT",
+        help="the broker --to-topic publishes to (required with it)",
+    )
     external = parser.add_argument_group("a running broker instead of started ones")
     external.add_argument("--bootstrap-server", metavar="HOST:PORT", help="data endpoint")
     external.add_argument(

@@ -70,6 +70,7 @@ from kplane.tools.loadtest.producers import (
     start_load,
 )
 from kplane.tools.loadtest.progress import Progress
+from kplane.tools.loadtest.publish import publish_results
 from kplane.tools.loadtest.results import ScenarioRun, summarize, write_parquet, write_summary
 from kplane.tools.loadtest.scenarios import (
     ALL_SCENARIOS,
@@ -146,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
         summary = summarize(runs, _options(args, out))
         write_summary(out, summary)
         print(json.dumps(summary, indent=2) if args.json else summary_table(summary))
+        if args.to_topic:
+            count = publish_results(args.to_bootstrap_server, args.to_topic, runs, summary)
+            print(f"kplane loadtest: {count} records published to {args.to_topic}")
     for failure in failures:
         print(f"kplane loadtest: {failure}", file=sys.stderr)
     return 1 if failures else 0
@@ -191,6 +195,8 @@ def _check(args: argparse.Namespace) -> tuple[list[str], Target | None]:
         raise ValueError("--max-messages and --partitions must be positive")
     if args.rate < 0 or args.warmup < 0:
         raise ValueError("--rate and --warmup must be at least 0")
+    if bool(args.to_topic) != bool(args.to_bootstrap_server):
+        raise ValueError("--to-topic and --to-bootstrap-server go together")
     if args.metrics_url is not None:
         host = urllib.parse.urlsplit(args.metrics_url).hostname
         if not host or not is_loopback(host):

@@ -19,6 +19,10 @@ broker's own Produce TotalTimeMs. Percentiles are exact
 has a latency, failed ones included as in Kafka's TotalTimeMs. Times are seconds since each
 scenario's first request or sample. Only aggregates are collected to the driver.
 
+With ``--from-topic TOPIC --bootstrap-server HOST:PORT --out DIR`` the same rows come from
+the records ``kplane loadtest --to-topic`` published, read through the kplane Spark data
+source (``kplane/tools/report/from_topic.py``).
+
 pyspark and matplotlib (the ``report`` extra) are imported only when a report is built.
 """
 
@@ -164,10 +168,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results_dir", type=Path, help="directory written by kplane loadtest")
+    parser.add_argument(
+        "results_dir", type=Path, nargs="?", help="directory written by kplane loadtest"
+    )
     parser.add_argument(
         "--out", type=Path, default=None, help="output directory (default: RESULTS_DIR)"
     )
+    parser.add_argument(
+        "--from-topic",
+        metavar="TOPIC",
+        help="read the results from TOPIC (kplane loadtest --to-topic) through the kplane "
+        "Spark data source instead of RESULTS_DIR; needs --bootstrap-server and --out",
+    )
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="with --from-topic")
     parser.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
 
 
@@ -175,7 +188,18 @@ def run(args: argparse.Namespace) -> int:
     """Build the report and print the files written; 2 on unusable input."""
     out_dir = args.out if args.out is not None else args.results_dir
     try:
-        result = build_report(args.results_dir, out_dir, args.master)
+        if getattr(args, "from_topic", None):
+            from kplane.tools.report.from_topic import build_report_from_topic
+
+            if args.results_dir is not None or not args.bootstrap_server or out_dir is None:
+                raise ReportError("--from-topic takes --bootstrap-server and --out, no RESULTS_DIR")
+            result = build_report_from_topic(
+                args.bootstrap_server, args.from_topic, out_dir, args.master
+            )
+        elif args.results_dir is None:
+            raise ReportError("give RESULTS_DIR, or --from-topic")
+        else:
+            result = build_report(args.results_dir, out_dir, args.master)
     except ReportError as exc:
         print(f"kplane report: {exc}", file=sys.stderr)
         return 2
@@ -314,11 +338,19 @@ def analyse(spark: SparkSession, requests_path: Path, samples_path: Path) -> Ana
     """Run the Spark aggregations; samples are optional."""
     requests = _load(spark, requests_path, REQUEST_COLUMNS)
     samples = _load(spark, samples_path, SAMPLE_COLUMNS) if _has_parquet(samples_path) else None
+    return analyse_frames(spark, requests, samples, str(requests_path))
+
+
+def analyse_frames(
+    spark: SparkSession, requests: DataFrame, samples: DataFrame | None, source: str
+) -> Analysis:
+    """The Spark aggregations of REQUEST_COLUMNS rows (and SAMPLE_COLUMNS ones) read from
+    ``source``."""
     starts = _scenario_starts(requests, samples)
     timed = _relative(requests, "send_time", starts).cache()
     try:
         if timed.isEmpty():
-            raise ReportError(f"{requests_path} holds no requests")
+            raise ReportError(f"{source} holds no requests")
         control_p50, control_p99 = control_latency(timed)
         return Analysis(
             latency=latency_table(timed),
