@@ -1,29 +1,40 @@
-"""``kplane configs``: describe and alter broker, topic and group configs, as
-``kafka-configs.sh``.
+"""``kplane configs``: describe and alter broker, topic and group configs, client quotas
+and SCRAM credentials, as ``kafka-configs.sh``.
 
 The options, the checks of the command line and the output follow Apache Kafka's
 ConfigCommand with ``--bootstrap-server`` (KIP-226) for the entity types ``brokers``,
-``topics`` and ``groups`` (KIP-848's ``consumer.*``, KIP-932's ``share.*``)::
+``topics`` and ``groups`` (KIP-848's ``consumer.*``, KIP-932's ``share.*``), and for the
+client quota entities ``users``, ``clients`` (a user and a client id together with two
+``--entity-type``/``--entity-name`` pairs) and ``ips``, each with ``--entity-default``::
 
     kplane configs --bootstrap-server H:P --entity-type brokers --entity-name 0 --describe
     kplane configs --bootstrap-server H:P --broker-defaults --alter --add-config 'k=v,l=[a,b]'
     kplane configs --bootstrap-server H:P --topic T --alter --delete-config k1,k2
     kplane configs --bootstrap-server H:P --entity-type groups --entity-name G --describe
+    kplane configs --bootstrap-server H:P --entity-type clients --entity-name app \
+        --alter --add-config producer_byte_rate=1048576,consumer_byte_rate=2097152
+    kplane configs --bootstrap-server H:P --entity-type users --entity-name alice \
+        --entity-type clients --entity-default --alter --add-config request_percentage=50
+    kplane configs --bootstrap-server H:P --entity-type ips --entity-default --describe
 
-Changes go through IncrementalAlterConfigs (deletions, then SETs), descriptions through
-DescribeConfigs with synonyms. A refused command line or change prints one line on stderr
-and exits 1.
+Config changes go through IncrementalAlterConfigs (deletions, then SETs), descriptions
+through DescribeConfigs with synonyms; quotas through AlterClientQuotas and
+DescribeClientQuotas, a user's SCRAM credentials through AlterUserScramCredentials. A
+refused command line or change prints one line on stderr and exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import decimal
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from typing import Any
 
+from kplane.broker.quota.entity import IP_CONFIGS, USER_AND_CLIENT_CONFIGS, valid_ip
 from kplane.broker.security.scram import MIN_ITERATIONS, SCRAM_MECHANISMS
 from kplane.client.admin import (
     Admin,
@@ -37,6 +48,14 @@ from kplane.client.admin import (
     ScramUpsertion,
 )
 from kplane.client.group_admin import GroupAdmin
+from kplane.client.quota_admin import (
+    MATCH_DEFAULT,
+    MATCH_EXACT,
+    MATCH_SPECIFIED,
+    Alteration,
+    FilterComponent,
+    QuotaAdmin,
+)
 from kplane.common.network.config import ClientConfig
 from kplane.protocol.errors import ErrorCode, KafkaError
 from kplane.protocol.topic_names import validate_topic_name
@@ -52,8 +71,13 @@ from kplane.tools.scram import mechanism
 BROKERS = "brokers"
 TOPICS = "topics"
 USERS = "users"
+CLIENTS = "clients"
+IPS = "ips"
 GROUPS = "groups"
-ENTITY_TYPES = (TOPICS, BROKERS, USERS, GROUPS)
+ENTITY_TYPES = (TOPICS, CLIENTS, USERS, BROKERS, IPS, GROUPS)
+QUOTA_TYPES = (USERS, CLIENTS, IPS)
+_QUOTA_ENTITY_TYPES = {USERS: "user", CLIENTS: "client-id", IPS: "ip"}
+"""The client quota entity type of each entity type."""
 _RESOURCE_TYPES = {
     TOPICS: ConfigResourceType.TOPIC,
     BROKERS: ConfigResourceType.BROKER,
@@ -93,13 +117,17 @@ class Entity:
 
 @dataclass(frozen=True)
 class Command:
-    """A checked command line."""
+    """A checked command line; ``child`` is the client id of a user's client quota
+    (``--entity-type users ... --entity-type clients ...``)."""
 
     action: str  # "describe" or "alter"
     entity: Entity
     describe_all: bool = False
     add: Mapping[str, str] = field(default_factory=dict)
     delete: Sequence[str] = ()
+    child: Entity | None = None
+    first: Entity | None = None
+    """The pair given first on the command line (what ``--alter`` reports on)."""
 
 
 # command line -----------------------------------------------------------------------------
@@ -118,20 +146,48 @@ def add_parser(sub: Any) -> None:
         "--all", action="store_true", help="with --describe: every config, not only dynamic ones"
     )
     p.add_argument(
-        "--entity-type", action="append", help="type of entity (topics/brokers/users/groups)"
+        "--entity-type",
+        action="append",
+        help="type of entity (topics/clients/users/brokers/ips/groups)",
     )
-    p.add_argument("--entity-name", help="name of entity (topic name/broker id/user/group)")
     p.add_argument(
-        "--entity-default", action="store_true", help="the cluster-wide default of brokers"
+        "--entity-name",
+        action="append",
+        dest="entity_names",
+        help="name of entity (topic name/client id/user principal name/broker id/ip/group)",
+    )
+    p.add_argument(
+        "--entity-default",
+        action="append_const",
+        const="",
+        dest="entity_names",
+        help="default entity name for clients/users/brokers/ips",
     )
     p.add_argument("--topic", help="the topic's name (--entity-type topics --entity-name)")
-    p.add_argument("--broker", help="the broker's id (--entity-type brokers --entity-name)")
+    p.add_argument("--client", help="the client id (--entity-type clients --entity-name)")
     p.add_argument("--user", help="the user (--entity-type users --entity-name)")
+    p.add_argument("--broker", help="the broker's id (--entity-type brokers --entity-name)")
+    p.add_argument("--ip", help="the IP address (--entity-type ips --entity-name)")
     p.add_argument("--group", help="the group (--entity-type groups --entity-name)")
+    p.add_argument(
+        "--client-defaults",
+        action="store_true",
+        help="the quota defaults of all clients (--entity-type clients --entity-default)",
+    )
+    p.add_argument(
+        "--user-defaults",
+        action="store_true",
+        help="the quota defaults of all users (--entity-type users --entity-default)",
+    )
     p.add_argument(
         "--broker-defaults",
         action="store_true",
         help="the config defaults for all brokers (--entity-type brokers --entity-default)",
+    )
+    p.add_argument(
+        "--ip-defaults",
+        action="store_true",
+        help="the connection quota defaults of all IPs (--entity-type ips --entity-default)",
     )
     p.add_argument(
         "--add-config",
@@ -194,11 +250,11 @@ def parse_delete_config(values: Sequence[str] | None) -> list[str]:
 def parse_command(args: argparse.Namespace) -> Command:
     """Check the command line as Kafka's tool does; raises :class:`UsageError`."""
     action = _action(args)
-    entity = _entity(args, action)
+    entity, child, first = _entity(args, action)
     if action == "describe":
-        return Command(action, entity, describe_all=bool(args.all))
+        return Command(action, entity, describe_all=bool(args.all), child=child, first=first)
     add, delete = _changes(args)
-    return Command(action, entity, add=add, delete=delete)
+    return Command(action, entity, add=add, delete=delete, child=child, first=first)
 
 
 def _action(args: argparse.Namespace) -> str:
@@ -218,22 +274,41 @@ def _conflict(used: str, other: str) -> str:
     return f'Option "[{used}]" can\'t be used with option "[{other.replace("_", "-")}]"'
 
 
+_ENTITY_FLAGS = (
+    ("topic", TOPICS),
+    ("client", CLIENTS),
+    ("user", USERS),
+    ("broker", BROKERS),
+    ("ip", IPS),
+    ("group", GROUPS),
+)
+_DEFAULTS_FLAGS = (
+    ("client_defaults", CLIENTS),
+    ("user_defaults", USERS),
+    ("broker_defaults", BROKERS),
+    ("ip_defaults", IPS),
+)
+
+
 def _entity_types(args: argparse.Namespace) -> list[str]:
+    """Kafka's order: ``--entity-type`` values, then the entity flags, then the defaults."""
     types = list(args.entity_type or ())
-    if args.topic is not None:
-        types.append(TOPICS)
-    if args.broker is not None:
-        types.append(BROKERS)
-    if args.broker_defaults:
-        types.append(BROKERS)
-    if args.user is not None:
-        types.append(USERS)
-    if args.group is not None:
-        types.append(GROUPS)
+    types += [t for option, t in _ENTITY_FLAGS if getattr(args, option) is not None]
+    types += [t for option, t in _DEFAULTS_FLAGS if getattr(args, option)]
     return types
 
 
-def _entity(args: argparse.Namespace, action: str) -> Entity:
+def _entity_names(args: argparse.Namespace) -> list[str]:
+    """``--entity-name`` and ``--entity-default`` (``""``) in command-line order, then the
+    entity flags' names and the defaults flags' ``""``."""
+    names = [str(n) for n in args.entity_names or ()]
+    names += [str(getattr(args, option)) for option, _ in _ENTITY_FLAGS if getattr(args, option)]
+    names += ["" for option, _ in _DEFAULTS_FLAGS if getattr(args, option)]
+    return names
+
+
+def _entity(args: argparse.Namespace, action: str) -> tuple[Entity, Entity | None, Entity]:
+    """The entity (and a user's client id entity), checked as Kafka's tool checks them."""
     types = _entity_types(args)
     duplicates = sorted({t for t in types if types.count(t) > 1})
     if duplicates:
@@ -246,44 +321,57 @@ def _entity(args: argparse.Namespace, action: str) -> Entity:
             )
     if not types:
         raise UsageError("At least one entity type must be specified")
-    if len(types) > 1:
-        raise UsageError("Exactly one entity type must be specified with --bootstrap-server")
-    generic = args.entity_type or args.entity_name is not None or args.entity_default
-    flags = (
-        args.topic is not None
-        or args.broker is not None
-        or args.user is not None
-        or args.group is not None
-        or args.broker_defaults
+    if len(types) > 1 and set(types) != {USERS, CLIENTS}:
+        raise UsageError(f"Only '{USERS}' and '{CLIENTS}' entity types may be specified together")
+    generic = args.entity_type or args.entity_names
+    flags = any(getattr(args, o) is not None for o, _ in _ENTITY_FLAGS) or any(
+        getattr(args, o) for o, _ in _DEFAULTS_FLAGS
     )
     if generic and flags:
         raise UsageError(
             "--entity-{type,name,default} should not be used in conjunction with specific "
             "entity flags"
         )
-    if args.entity_name is not None and args.entity_default:
+    names = _entity_names(args)
+    if types[0] in QUOTA_TYPES:
+        return _quota_entities(types, names, action)
+    if len(names) > 1:
         raise UsageError("Only one of --entity-name or --entity-default may be specified")
-    entity = Entity(types[0], _entity_name(args))
+    entity = Entity(types[0], names[0] if names else None)
     _check_name(entity, action)
-    return entity
+    return entity, None, entity
 
 
-def _entity_name(args: argparse.Namespace) -> str | None:
-    if args.entity_default or args.broker_defaults:
-        return DEFAULT_BROKER
-    for name in (args.entity_name, args.topic, args.broker, args.user, args.group):
-        if name is not None:
-            return str(name)
-    return None
+def _quota_entities(
+    types: list[str], names: list[str], action: str
+) -> tuple[Entity, Entity | None, Entity]:
+    """Kafka's parseClientQuotaEntity: a name per type for ``--alter``; a user comes
+    first whichever order the pairs were given in."""
+    if action == "alter":
+        if not names:
+            raise UsageError(
+                "An entity-name or default entity must be specified with --alter of users, "
+                "clients, brokers or ips"
+            )
+        if len(names) != len(types):
+            raise UsageError(
+                "--entity-name or --entity-default must be specified with each --entity-type "
+                "for --alter"
+            )
+    if len(names) > len(types):
+        raise UsageError("More entity names specified than entity types")
+    pairs = [Entity(t, n) for t, n in zip_longest(types, names)]
+    for pair in pairs:
+        if pair.type == IPS and pair.name and not valid_ip(pair.name):
+            raise UsageError(
+                f"The entity name for {IPS} must be a valid IP or resolvable host, but it is: "
+                f"{pair.name}"
+            )
+    ordered = list(reversed(pairs)) if pairs[0].type == CLIENTS and len(pairs) == 2 else pairs
+    return ordered[0], ordered[1] if len(ordered) > 1 else None, pairs[0]
 
 
 def _check_name(entity: Entity, action: str) -> None:
-    if entity.type == USERS:
-        if entity.name == DEFAULT_BROKER:
-            raise UsageError("--entity-default of users (client quotas) is not supported")
-        if entity.name is None and action == "alter":
-            raise UsageError("an entity name must be specified with --alter of users")
-        return
     if entity.type == GROUPS:
         if entity.name == DEFAULT_BROKER:
             raise UsageError("--entity-default is only supported for --entity-type brokers")
@@ -422,23 +510,170 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(config: ClientConfig, command: Command, bootstrap: str) -> int:
-    if command.entity.type == USERS:
-        body = describe_users if command.action == "describe" else alter_users
+    if command.entity.type in QUOTA_TYPES:
+        body = describe_quotas if command.action == "describe" else alter_quotas
     else:
         body = _describe if command.action == "describe" else _alter
     return await with_admin("kplane configs", config, bootstrap, lambda a: body(a, command))
 
 
+def _pairs(command: Command) -> list[Entity]:
+    return [command.entity] + ([command.child] if command.child is not None else [])
+
+
+def quota_filter(command: Command) -> list[FilterComponent]:
+    """Kafka's ``ClientQuotaFilter.containsOnly`` of the entity: a name matches exactly,
+    ``--entity-default`` the default, no name any."""
+    components = []
+    for pair in _pairs(command):
+        kind = _QUOTA_ENTITY_TYPES[pair.type]
+        if pair.name is None:
+            components.append(FilterComponent(kind, MATCH_SPECIFIED))
+        elif pair.name == "":
+            components.append(FilterComponent(kind, MATCH_DEFAULT))
+        else:
+            components.append(FilterComponent(kind, MATCH_EXACT, pair.name))
+    return components
+
+
+def java_double(value: float) -> str:
+    """A double as Java's ``Double.toString`` writes it (``1048576.0``, ``1.048576E8``),
+    as Kafka's tool prints quota values."""
+    if value == 0:
+        return "0.0"
+    if 1e-3 <= abs(value) < 1e7:
+        return repr(float(value))
+    sign, digits, exponent = decimal.Decimal(repr(float(value))).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    text = "".join(map(str, digits))
+    power = len(digits) - 1 + exponent
+    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{power}"
+
+
+def describe_quota_line(
+    entity: Sequence[tuple[str, str | None]], values: Mapping[str, float]
+) -> str:
+    """``Quota configs for user-principal 'alice', the default client-id are k=v, ...``."""
+    names = dict(entity)
+    parts = []
+    for kind, shown in (("user", "user-principal"), ("client-id", "client-id"), ("ip", "ip")):
+        if kind in names:
+            name = names[kind]
+            parts.append(f"{shown} '{name}'" if name is not None else f"the default {shown}")
+    entries = ", ".join(f"{k}={java_double(v)}" for k, v in values.items())
+    return f"Quota configs for {', '.join(parts)} are {entries}"
+
+
+async def describe_quotas(admin: Admin, command: Command) -> int:
+    """The quotas of the entities the command names, then (for users, not defaults) their
+    SCRAM credentials, as kafka-configs prints them."""
+    try:
+        found = await QuotaAdmin(admin).describe_client_quotas(quota_filter(command), strict=True)
+    except KafkaError as exc:
+        print(_error_line(exc), file=sys.stderr)
+        return 1
+    for entity, values in sorted(found.items(), key=lambda e: str(e[0])):
+        print(describe_quota_line(entity, values))
+    if command.entity.type == USERS and command.child is None and command.entity.name != "":
+        return await describe_users(admin, command)
+    return 0
+
+
+async def alter_quotas(admin: Admin, command: Command) -> int:
+    """Alter an entity's quotas (or a user's SCRAM credentials), with Kafka's checks."""
+    try:
+        scram = _quota_changes_are_scram(command)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    if scram:
+        return await alter_users(admin, command)
+    quotas = QuotaAdmin(admin)
+    entity = tuple((_QUOTA_ENTITY_TYPES[p.type], p.name or None) for p in _pairs(command))
+    try:
+        ops: dict[str, float | None] = {k: _quota_value(k, v) for k, v in command.add.items()}
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    if command.delete:
+        try:
+            current = await quotas.describe_client_quotas(quota_filter(command), strict=True)
+        except KafkaError as exc:
+            print(_error_line(exc), file=sys.stderr)
+            return 1
+        existing = next(iter(current.values()), {})
+        missing = [k for k in command.delete if k not in existing]
+        if missing:
+            print(f"kplane configs: Invalid config(s): {','.join(missing)}", file=sys.stderr)
+            return 1
+        ops.update(dict.fromkeys(command.delete))
+    outcome = await quotas.alter_client_quotas([Alteration(entity, ops)])
+    error = next(iter(outcome.values()), None)
+    if error is not None:
+        print(_error_line(error), file=sys.stderr)
+        return 1
+    print(completed_message(command.first or command.entity))
+    return 0
+
+
+def _quota_changes_are_scram(command: Command) -> bool:
+    """Which of quotas or SCRAM credentials the changes are (Kafka's checks)."""
+    keys = [*command.add, *command.delete]
+    if command.entity.type == IPS:
+        unknown = [k for k in keys if k not in IP_CONFIGS]
+        if unknown:
+            raise UsageError(
+                f"Only connection quota configs can be added for '{IPS}' using "
+                f"--bootstrap-server. Unexpected config names: {','.join(unknown)}"
+            )
+        return False
+    scram = [k for k in keys if k in SCRAM_MECHANISMS]
+    quota = [k for k in keys if k in USER_AND_CLIENT_CONFIGS]
+    unknown = [k for k in keys if k not in SCRAM_MECHANISMS and k not in USER_AND_CLIENT_CONFIGS]
+    if command.entity.type == CLIENTS or command.child is not None:
+        if unknown or scram:
+            raise UsageError(
+                f"Only quota configs can be added for '{CLIENTS}' using --bootstrap-server. "
+                f"Unexpected config names: {','.join(unknown + scram)}"
+            )
+        return False
+    if unknown:
+        raise UsageError(
+            f"Only quota and SCRAM credential configs can be added for '{USERS}' using "
+            f"--bootstrap-server. Unexpected config names: {','.join(unknown)}"
+        )
+    if scram:
+        if command.entity.name == "":
+            raise UsageError(
+                "The use of --entity-default or --user-defaults is not allowed with User SCRAM "
+                "Credentials using --bootstrap-server."
+            )
+        if quota:
+            raise UsageError(
+                f"Cannot alter both quota and SCRAM credential configs simultaneously for "
+                f"'{USERS}' using --bootstrap-server."
+            )
+        return True
+    return False
+
+
+def _quota_value(key: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise UsageError(f"Cannot parse quota configuration value for {key}: {value}") from None
+
+
 def scram_changes(user: str, add: Mapping[str, str], delete: Sequence[str]) -> list[Any]:
     """``--add-config 'SCRAM-SHA-256=[iterations=8192,password=p]'`` and ``--delete-config
     SCRAM-SHA-512`` of a user as SCRAM upsertions and deletions; UsageError for any other
-    key (Kafka's client quotas are not supported)."""
+    key."""
     changes: list[Any] = []
     for key in [*add, *delete]:
         if key not in SCRAM_MECHANISMS:
             raise UsageError(
-                f"kplane configs: {key}: only {' and '.join(SCRAM_MECHANISMS)} can be set for "
-                "users (client quotas are not supported)"
+                f"kplane configs: {key}: only {' and '.join(SCRAM_MECHANISMS)} are SCRAM "
+                "credentials"
             )
     for key in delete:
         changes.append(ScramDeletion(user, mechanism(key)))

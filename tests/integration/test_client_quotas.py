@@ -25,8 +25,10 @@ from kplane.client.quota_admin import (
     QuotaAdmin,
 )
 from kplane.common.network.config import ClientConfig
+from kplane.protocol import api
 from kplane.protocol.errors import ErrorCode, KafkaError
 from kplane.testing.plugin import RunningBroker
+from tests.integration.helpers import PLAIN_USERS_JAAS
 from tests.repo import REPO_ROOT
 
 DEADLINE_S = 60.0
@@ -69,7 +71,21 @@ def kplane(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def produce_throttled(broker: RunningBroker, client_id: str, topic: str, seconds: float) -> int:
+def ok(*args: str) -> str:
+    done = kplane(*args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    return done.stdout
+
+
+def produce_throttled(
+    broker: RunningBroker,
+    client_id: str,
+    topic: str,
+    seconds: float,
+    listener: str | None = None,
+    security: dict[str, str] | None = None,
+) -> int:
     """Produce 10 KiB records for ``seconds`` as ``client_id``; the largest throttle time
     librdkafka was told (ms)."""
     throttles: list[int] = []
@@ -78,8 +94,9 @@ def produce_throttled(broker: RunningBroker, client_id: str, topic: str, seconds
         throttles.append(int(event.throttle_time * 1000))
 
     producer = Producer({
-        "bootstrap.servers": broker.bootstrap(), "client.id": client_id, "linger.ms": 5,
-        "queue.buffering.max.kbytes": 256, "throttle_cb": on_throttle,
+        "bootstrap.servers": broker.bootstrap(listener), "client.id": client_id,
+        "linger.ms": 5, "queue.buffering.max.kbytes": 256, "throttle_cb": on_throttle,
+        **(security or {}),
     })
     payload = b"x" * 10240
     deadline = time.monotonic() + seconds
@@ -196,3 +213,158 @@ async def test_producer_throttled_by_client_quota(
     assert rate is not None and rate > 0
     # a client the quota does not name is not held
     assert produce_throttled(broker, "fast", "throttled", 2.0) == 0
+
+
+async def test_consumer_throttled_by_client_quota(
+    quotas: QuotaAdmin, broker: RunningBroker
+) -> None:
+    broker.create_topic("to-read", 1)
+    filler = Producer({"bootstrap.servers": broker.bootstrap(), "linger.ms": 20})
+    for _ in range(300):
+        filler.produce("to-read", b"y" * 10240)
+    assert filler.flush(60) == 0
+    await quotas.alter_client_quotas(
+        [Alteration((("client-id", "reader"),), {"consumer_byte_rate": 102400.0})]
+    )
+    throttles: list[int] = []
+    consumer = Consumer({
+        "bootstrap.servers": broker.bootstrap(), "client.id": "reader", "group.id": "readers",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "throttle_cb": lambda event: throttles.append(int(event.throttle_time * 1000)),
+    })
+    consumer.subscribe(["to-read"])
+    try:
+        read = 0
+        deadline = time.monotonic() + DEADLINE_S
+        while not throttles and time.monotonic() < deadline:
+            read += len(consumer.consume(100, timeout=0.5))
+    finally:
+        consumer.close()
+    assert read > 0 and max(throttles, default=0) > 0
+    seen = metric(broker, "kafka_server_fetch_throttle_time", user="", client_id="reader")
+    assert seen is not None and seen > 0
+
+
+async def test_live_change_applies_without_restart(
+    quotas: QuotaAdmin, broker: RunningBroker
+) -> None:
+    broker.create_topic("live", 1)
+    entity = (("client-id", "changing"),)
+    await quotas.alter_client_quotas([Alteration(entity, {"producer_byte_rate": 102400.0})])
+    assert produce_throttled(broker, "changing", "live", 3.0) > 0
+    await quotas.alter_client_quotas([Alteration(entity, {"producer_byte_rate": 1e12})])
+    # the rate window still holds the bytes sent under the old bound; the new one is far above
+    assert produce_throttled(broker, "changing", "live", 2.0) == 0
+    await quotas.alter_client_quotas([Alteration(entity, {"producer_byte_rate": None})])
+    assert await quotas.describe_client_quotas([]) == {}
+
+
+def test_user_quota_over_client_quota(broker_factory: Callable[..., RunningBroker]) -> None:
+    """Kafka's precedence: /config/users/<user> (level 3) holds a client whose client id
+    has its own, looser quota (level 7); an anonymous client with that id is held by the
+    client quota only."""
+    broker = broker_factory({
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_USERS_JAAS,
+    })
+    b = ("--bootstrap-server", broker.bootstrap("PLAINTEXT"))
+    ok("configs", *b, "--entity-type", "clients", "--entity-name", "app", "--alter",
+       "--add-config", "producer_byte_rate=1000000000")
+    ok("configs", *b, "--entity-type", "users", "--entity-name", "alice", "--alter",
+       "--add-config", "producer_byte_rate=102400")
+    broker.create_topic("precedence", 1)
+    alice = {
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice", "sasl.password": "alice-secret",
+    }
+    assert produce_throttled(broker, "app", "precedence", 3.0, "SASL_PLAINTEXT", alice) > 0
+    held = metric(broker, "kafka_server_produce_throttle_time", user="alice", client_id="")
+    assert held is not None and held > 0
+    assert produce_throttled(broker, "app", "precedence", 2.0) == 0
+
+
+def test_control_plane_never_throttled(broker_factory: Callable[..., RunningBroker]) -> None:
+    broker = broker_factory({
+        "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "control.plane.listener.name": "CONTROLLER",
+    })
+    ok("configs", "--bootstrap-server", broker.bootstrap("PLAINTEXT"), "--client-defaults",
+       "--alter", "--add-config", "request_percentage=0.001")
+    metadata = api.make(api.request_class(3, 12), topics=None, allow_auto_topic_creation=False)
+
+    def throttles(listener: str) -> list[int]:
+        """Throttle times of up to 20 Metadata requests, until the first throttled."""
+        seen: list[int] = []
+        with broker.wire(listener) as wire:
+            while len(seen) < 20 and not any(seen):
+                seen.append(int(wire.request(metadata).throttle_time.total_seconds() * 1000))
+        return seen
+
+    assert max(throttles("PLAINTEXT")) > 0
+    assert throttles("CONTROLLER") == [0] * 20
+
+
+def test_configs_cli_round_trip(broker: RunningBroker) -> None:
+    b = ("--bootstrap-server", broker.bootstrap())
+    done = ok("configs", *b, "--entity-type", "clients", "--entity-name", "app", "--alter",
+              "--add-config", "producer_byte_rate=1048576,consumer_byte_rate=2097152")
+    assert done == "Completed updating config for client app.\n"
+    assert ok("configs", *b, "--entity-type", "users", "--entity-default", "--alter",
+              "--add-config", "request_percentage=50") == (
+        "Completed updating default config for users in the cluster.\n"
+    )
+    # a user and a client id, given client first: the entity is the user's client
+    assert ok("configs", *b, "--entity-type", "clients", "--entity-default",
+              "--entity-type", "users", "--entity-name", "alice", "--alter",
+              "--add-config", "producer_byte_rate=104857600") == (
+        "Completed updating default config for clients in the cluster.\n"
+    )
+    assert ok("configs", *b, "--ip", "127.0.0.1", "--alter",
+              "--add-config", "connection_creation_rate=50") == (
+        "Completed updating config for ip 127.0.0.1.\n"
+    )
+    assert ok("configs", *b, "--entity-type", "clients", "--entity-name", "app",
+              "--describe") == (
+        "Quota configs for client-id 'app' are consumer_byte_rate=2097152.0, "
+        "producer_byte_rate=1048576.0\n"
+    )
+    assert ok("configs", *b, "--entity-type", "users", "--entity-name", "alice",
+              "--entity-type", "clients", "--entity-default", "--describe") == (
+        "Quota configs for user-principal 'alice', the default client-id are "
+        "producer_byte_rate=1.048576E8\n"
+    )
+    assert ok("configs", *b, "--user-defaults", "--describe") == (
+        "Quota configs for the default user-principal are request_percentage=50.0\n"
+    )
+    assert ok("configs", *b, "--entity-type", "ips", "--describe") == (
+        "Quota configs for ip '127.0.0.1' are connection_creation_rate=50.0\n"
+    )
+    # SCRAM credentials of users still go through the same command, beside quotas
+    ok("configs", *b, "--entity-type", "users", "--entity-name", "bob", "--alter",
+       "--add-config", "SCRAM-SHA-256=[iterations=8192,password=bob-secret]")
+    ok("configs", *b, "--entity-type", "users", "--entity-name", "bob", "--alter",
+       "--add-config", "consumer_byte_rate=1024")
+    assert ok("configs", *b, "--entity-type", "users", "--entity-name", "bob",
+              "--describe") == (
+        "Quota configs for user-principal 'bob' are consumer_byte_rate=1024.0\n"
+        "SCRAM credential configs for user-principal 'bob' are SCRAM-SHA-256=iterations=8192\n"
+    )
+    ok("configs", *b, "--entity-type", "clients", "--entity-name", "app", "--alter",
+       "--delete-config", "consumer_byte_rate")
+    assert ok("configs", *b, "--client", "app", "--describe") == (
+        "Quota configs for client-id 'app' are producer_byte_rate=1048576.0\n"
+    )
+    refused = kplane("configs", *b, "--client", "app", "--alter",
+                     "--delete-config", "consumer_byte_rate")
+    assert refused.returncode == 1 and "Invalid config(s): consumer_byte_rate" in refused.stderr
+    refused = kplane("configs", *b, "--client", "app", "--alter",
+                     "--add-config", "producer_byte_rate=1.5")
+    assert refused.returncode == 1
+    assert "producer_byte_rate cannot be a fractional value" in refused.stderr
+    refused = kplane("configs", *b, "--client", "app", "--alter",
+                     "--add-config", "SCRAM-SHA-256=[password=x]")
+    assert refused.returncode == 1
+    assert "Only quota configs can be added for 'clients'" in refused.stderr

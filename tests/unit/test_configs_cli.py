@@ -168,9 +168,9 @@ def test_add_config_file(tmp_path: Path) -> None:
         (["--describe"], "At least one entity type must be specified"),
         (["--entity-name", "0", "--describe"], "At least one entity type must be specified"),
         (
-            ["--entity-type", "clients", "--entity-name", "u", "--describe"],
-            "Invalid entity type clients, the entity type must be one of topics, brokers, "
-            "users, groups with a --bootstrap-server argument",
+            ["--entity-type", "widgets", "--entity-name", "u", "--describe"],
+            "Invalid entity type widgets, the entity type must be one of topics, clients, "
+            "users, brokers, ips, groups with a --bootstrap-server argument",
         ),
         (
             ["--entity-type", "brokers", "--entity-type", "brokers", "--describe"],
@@ -182,7 +182,7 @@ def test_add_config_file(tmp_path: Path) -> None:
         ),
         (
             ["--entity-type", "brokers", "--entity-type", "topics", "--describe"],
-            "Exactly one entity type must be specified with --bootstrap-server",
+            "Only 'users' and 'clients' entity types may be specified together",
         ),
         (
             ["--entity-default", "--broker", "0", "--describe"],

@@ -172,7 +172,7 @@ def config_keys(entity: QuotaEntity) -> Mapping[str, QuotaValueType]:
                 "or ClientId"
             )
         _, ip = entity.get(IP)
-        if ip is not None and not _valid_ip(ip):
+        if ip is not None and not valid_ip(ip):
             raise QuotaError(f"{ip} is not a valid IP or resolvable host.")
         return IP_CONFIGS
     if types & {USER, CLIENT_ID}:
@@ -196,7 +196,8 @@ def validate_value(keys: Mapping[str, QuotaValueType], key: str, value: float) -
         raise QuotaError(f"{key} cannot be a fractional value.")
 
 
-def _valid_ip(host: str) -> bool:
+def valid_ip(host: str) -> bool:
+    """An IP address, or a host name that resolves (Kafka's isValidIpEntity)."""
     try:
         ipaddress.ip_address(host)
         return True
