@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "console-producer": ("console_producer", "records from stdin (kafka-console-producer)"),
     "console-consumer": ("console_consumer", "records to stdout (kafka-console-consumer)"),
     "consumer-groups": ("consumer_groups", "list, describe, reset, delete consumer groups"),
+    "share-groups": ("share_groups", "list, describe, reset, delete share groups (KIP-932)"),
     "acls": ("acls", "add, remove, list ACLs (kafka-acls)"),
     "log-dirs": ("log_dirs", "describe the log directories of brokers (kafka-log-dirs)"),
     "client-metrics": ("client_metrics",

@@ -32,6 +32,7 @@ from kplane.protocol.errors import ErrorCode
 from kplane.testing.plugin import RunningBroker
 
 from .helpers import wait_until
+from .test_kafka_cli import kplane, ok
 
 
 def heartbeat(
@@ -396,3 +397,48 @@ def test_a_groups_progress_survives_a_kplane_serve_restart(
         redelivered = poll_until(second, 4, 60)
         redelivered += poll_until(second, 1, 3)
     assert sorted(m.value() for m in redelivered) == values[6:]
+
+
+# -- admin: kplane share-groups over DescribeShareGroupOffsets, Alter..., Delete... ------
+
+
+def test_share_groups_cli_lists_describes_resets_and_deletes(broker: RunningBroker) -> None:
+    topic, group = "sg-cli", "sg-cli-group"
+    broker.create_topic(topic, 1)
+    set_group_config(broker, group, share_auto_offset_reset="earliest")
+    produce_values(broker, topic, [f"a{i}".encode() for i in range(8)])
+    b = ("share-groups", "--bootstrap-server", broker.bootstrap_servers)
+    with ShareConsumer(share_config(broker, group, **{"client.id": "cli-member"})) as consumer:
+        consumer.subscribe([topic])
+        assert len(poll_until(consumer, 8)) == 8
+        consumer.poll(0.5)  # the implicit acknowledgement of the 8 goes out
+        assert ok(*b, "--list").split() == [group]
+        members = ok(*b, "--describe", "--group", group, "--members").splitlines()
+        assert members[1].split()[:2] == ["GROUP", "CONSUMER-ID"]
+        assert members[2].split()[0] == group and members[2].split()[-1] == f"{topic}:0"
+        state = ok(*b, "--describe", "--group", group, "--state").splitlines()
+        assert state[2].split()[-2:] == ["Stable", "1"]
+        busy = kplane(*b, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
+                      "--execute")  # fmt: skip
+        assert busy.returncode == 1 and "is not empty" in busy.stderr
+    wait_until(lambda: ok(*b, "--describe", "--group", group).splitlines()[-1].split()[-2:]
+               == ["8", "0"], 30, "start offset 8, lag 0")  # fmt: skip
+    reset = ok(*b, "--reset-offsets", "--group", group, "--topic", topic, "--to-offset", "3",
+               "--execute")  # fmt: skip
+    assert reset.splitlines()[-1].split() == [group, topic, "0", "3"]
+    offsets = ok(*b, "--describe", "--group", group).splitlines()
+    assert offsets[-2].split() == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
+    assert offsets[-1].split() == [group, topic, "0", "3", "5"]
+    with ShareConsumer(share_config(broker, group)) as again:
+        again.subscribe([topic])
+        got = poll_until(again, 5)
+        assert sorted(m.offset() for m in got) == [3, 4, 5, 6, 7]
+    deleted = ok(*b, "--delete-offsets", "--group", group, "--topic", topic)
+    assert deleted.splitlines()[-1].split() == [topic, "Successful"]
+    assert ok(*b, "--describe", "--group", group).splitlines()[-1].split()[0] == "GROUP"
+    assert ok(*b, "--delete", "--group", group) == (
+        f"Deletion of requested share groups ('{group}') was successful.\n"
+    )
+    assert ok(*b, "--list") == ""
+    missing = kplane(*b, "--describe", "--group", group)
+    assert missing.returncode == 1 and "does not exist" in missing.stderr

@@ -109,6 +109,22 @@ class ShareGroupProtocol:
             raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
         raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
 
+    def empty_group(self, group_id: str, create: bool) -> ShareGroup:
+        """The share group ``group_id`` for an admin change of its offsets: made when
+        ``create`` and missing; GROUP_ID_NOT_FOUND when of another type (or missing),
+        NON_EMPTY_GROUP while it has members."""
+        group = self._group(group_id, create)
+        with group.lock:
+            if group.members:
+                raise KafkaError(
+                    ErrorCode.non_empty_group, f"Share group '{group_id}' is not empty."
+                )
+        return group
+
+    def is_share_group(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return isinstance(group, ShareGroup) and not group.is_dead
+
     def _join_or_heartbeat(self, req: ShareGroupHeartbeat) -> ShareHeartbeatResult:
         snapshot = self._topics()
         group = self._group(req.group_id, create=req.member_epoch == 0)

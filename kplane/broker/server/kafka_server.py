@@ -88,6 +88,7 @@ from kplane.broker.server.sasl_apis import SaslApis
 from kplane.broker.server.scram_apis import ScramApis
 from kplane.broker.server.share_fetch_apis import ShareFetchApis
 from kplane.broker.server.share_group_apis import ShareGroupApis
+from kplane.broker.server.share_offset_apis import ShareOffsetApis
 from kplane.broker.server.telemetry_apis import TelemetryApis
 from kplane.broker.server.topic_apis import TopicApis
 from kplane.broker.server.txn_apis import GROUP_METADATA_TOPIC, TxnApis, TxnMarkerWriter
@@ -656,6 +657,9 @@ class KafkaServer:
             ),
             ShareFetchApis(
                 self.share_partitions, self.share_sessions, self.cache, self.fetch_purgatory
+            ),
+            ShareOffsetApis(
+                self.group_coordinator, self.share_partitions, self.cache, owns=self._owns_group
             ),
         ]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -78,6 +78,15 @@ class PartitionFetch:
     message: str | None = None
     records: bytes = b""
     acquired: list[AcquiredRecords] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareOffset:
+    """DescribeShareGroupOffsets' view of one partition."""
+
+    start_offset: int
+    leader_epoch: int
+    lag: int
 
 
 def now_ms() -> float:
@@ -343,6 +352,66 @@ class SharePartitionManager:
         if released:
             log.info("share records released", group=group_id, member=member_id, records=released)
         return released
+
+    # -- the admin APIs ----------------------------------------------------------------
+
+    def stored_offsets(
+        self, group_id: str, tps: Sequence[TopicPartition] | None
+    ) -> dict[TopicPartition, ShareOffset]:
+        """The start offset and lag of each of ``tps`` (None: every partition with state),
+        as stored (start offset -1 where none is); lag only where the partition is led
+        here (else -1): records past the start offset below the high watermark, less
+        those already settled."""
+        if self._store is None:
+            return {}
+        wanted = list(tps) if tps is not None else self._store.partitions(group_id)
+        out = {}
+        for tp in wanted:
+            doc = self._store.read(group_id, tp)
+            if doc is None:
+                out[tp] = ShareOffset(-1, -1, -1)
+                continue
+            start = int(doc["start_offset"])
+            settled = sum(
+                int(last) - int(first) + 1
+                for first, last, state, _count in doc.get("state_batches", ())
+                if int(state) in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+            )
+            try:
+                partition = self._replicas.leader_partition(tp)
+                lag = max(partition.high_watermark - start - settled, 0)
+            except KafkaError:
+                lag = -1
+            out[tp] = ShareOffset(start, int(doc.get("leader_epoch", -1)), lag)
+        return out
+
+    def alter_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Start each partition afresh at its offset (the group is empty)."""
+        self._forget(group_id, offsets)
+        if self._store is not None:
+            with self._write_lock:
+                self._store.write(
+                    {
+                        (group_id, tp): {"version": 1, "start_offset": offset, "state_batches": []}
+                        for tp, offset in offsets.items()
+                    }
+                )
+
+    def delete_offsets(self, group_id: str, tps: Sequence[TopicPartition]) -> None:
+        """Forget the state of ``tps`` (the group is empty): the next fetch starts at
+        share.auto.offset.reset."""
+        self._forget(group_id, tps)
+        if self._store is not None:
+            with self._write_lock:
+                self._store.delete(group_id, tps)
+
+    def stored_partitions(self, group_id: str) -> list[TopicPartition]:
+        return self._store.partitions(group_id) if self._store is not None else []
+
+    def _forget(self, group_id: str, tps: Iterable[TopicPartition]) -> None:
+        with self._lock:
+            for tp in tps:
+                self._partitions.pop((group_id, tp), None)
 
     def delete_group(self, group_id: str) -> None:
         """A share group was deleted: its share partitions and stored state go."""
