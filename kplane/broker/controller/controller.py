@@ -385,9 +385,13 @@ class KafkaController:
         timeout); the leader epoch moves on."""
         changed = []
         for stale in list(self._states.values()):
-            if stale.leader in gone or stale.leader < 0 or not gone & set(stale.isr):
+            # The replicas, not the ISR known here: a leader may have let a gone broker
+            # back in (its notification not read yet).
+            if stale.leader in gone or stale.leader < 0 or not gone & set(stale.replicas):
                 continue
             s = self._refreshed(stale)
+            if not gone & set(s.isr):
+                continue
             isr = tuple(r for r in s.isr if r not in gone)
             changed.append(self._write_state(s, s.leader, isr))
         return changed
@@ -676,10 +680,12 @@ class KafkaController:
                     continue
                 new = self._refreshed(s)
                 self._states[(topic, index)] = new
-                stopping = set(new.isr) & self._shutting_down
+                stopping = {
+                    r for r in new.isr if r in self._shutting_down or r not in self._brokers
+                }
                 if stopping and new.leader not in stopping:
                     # A leader let a broker in controlled shutdown back in (it fetched
-                    # before its StopReplica arrived): take it out again.
+                    # before its StopReplica arrived), or one gone since: take it out again.
                     isr = tuple(r for r in new.isr if r not in stopping)
                     new = self._write_state(new, new.leader, isr)
                     self._send_leader_and_isr([new])

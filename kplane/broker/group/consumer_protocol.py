@@ -97,7 +97,8 @@ class ConsumerGroupProtocol:
     group must not take a topic not yet known for a deleted one).
     ``session_timeout_ms(group_id)`` and ``heartbeat_interval_ms(group_id)`` give a group's
     settings (its own configs or the broker's); ``store`` keeps each group's state, written
-    before a heartbeat is answered.
+    before a heartbeat is answered. ``owns(group_id)``: whether this broker coordinates the
+    group now (a member is fenced only by its coordinator).
     """
 
     def __init__(
@@ -111,6 +112,7 @@ class ConsumerGroupProtocol:
         session_timeout_ms: Callable[[str], int],
         heartbeat_interval_ms: Callable[[str], int],
         store: ConsumerGroupStore | None,
+        owns: Callable[[str], bool] = lambda _group_id: True,
     ) -> None:
         self.config = config
         self._timer = timer
@@ -121,6 +123,7 @@ class ConsumerGroupProtocol:
         self._session_timeout_ms = session_timeout_ms
         self._heartbeat_interval_ms = heartbeat_interval_ms
         self._store = store
+        self._owns = owns
         self._assignors = {name: ASSIGNORS[name]() for name in config.consumer_assignors}
 
     # -- the request ------------------------------------------------------------------
@@ -186,8 +189,6 @@ class ConsumerGroupProtocol:
         """The consumer group ``group_id``; created when ``create`` (an empty classic group
         becomes one, keeping its offsets); else GROUP_ID_NOT_FOUND."""
         group = self.groups.get(group_id)
-        if group is None:
-            group = self._load(group_id)
         if isinstance(group, ConsumerGroup) and not group.is_dead:
             return group
         if group is None and create:
@@ -242,7 +243,12 @@ class ConsumerGroupProtocol:
                     old_member=static.member_id,
                     member=req.member_id,
                 )
-                return dataclasses.replace(static, member_id=req.member_id), False
+                return (
+                    dataclasses.replace(
+                        static, member_id=req.member_id, member_epoch=0, previous_member_epoch=0
+                    ),
+                    False,
+                )
             if existing is None:
                 raise KafkaError(ErrorCode.unknown_member_id)
             if static is None or static.member_id != req.member_id:
@@ -469,20 +475,9 @@ class ConsumerGroupProtocol:
 
     # -- the store ----------------------------------------------------------------------
 
-    def load_all(self) -> list[ConsumerGroup]:
-        """At start-up: every stored consumer group, registered, its members given a fresh
-        session (those that do not come back are fenced when it expires)."""
-        if self._store is None:
-            return []
-        loaded = [g for gid in self._store.consumer_group_ids() if (g := self._load(gid))]
-        for group in loaded:
-            with group.lock:
-                for member in list(group.members.values()):
-                    self._schedule_timers(group, member, member)
-        return loaded
-
-    def _load(self, group_id: str) -> ConsumerGroup | None:
-        """The group as stored (a coordinator taking it over), registered; None if none."""
+    def read_stored(self, group_id: str) -> ConsumerGroup | None:
+        """The group as stored (a coordinator taking it over), not yet registered; None if
+        none is stored. COORDINATOR_LOAD_IN_PROGRESS when the store cannot be read."""
         if self._store is None:
             return None
         try:
@@ -491,18 +486,30 @@ class ConsumerGroupProtocol:
             raise KafkaError(
                 ErrorCode.coordinator_load_in_progress, f"consumer group unreadable: {exc}"
             ) from exc
-        group = decode_group(group_id, *found) if found is not None else None
-        if group is None:
-            return None
-        registered = self.groups.get_or_create(group_id, lambda _gid: group)
-        if registered is group:
-            log.info(
-                "consumer group loaded",
-                group=group_id,
-                group_epoch=group.group_epoch,
-                members=len(group.members),
-            )
-        return registered if isinstance(registered, ConsumerGroup) else None
+        return decode_group(group_id, *found) if found is not None else None
+
+    def on_loaded(self, group: ConsumerGroup) -> None:
+        """A stored group now registered here: its members get a fresh session (those
+        that do not come back are fenced when it expires)."""
+        with group.lock:
+            for member in list(group.members.values()):
+                self._schedule_timers(group, member, member)
+        log.info(
+            "consumer group loaded",
+            group=group.group_id,
+            group_epoch=group.group_epoch,
+            members=len(group.members),
+        )
+
+    def stored_group_ids(self) -> list[str]:
+        """Every consumer group with stored state ([] when the store cannot say)."""
+        if self._store is None:
+            return []
+        try:
+            return self._store.consumer_group_ids()
+        except StoreError as exc:
+            log.warning("stored consumer groups not listed", reason=str(exc))
+            return []
 
     def _persist(self, group: ConsumerGroup) -> None:
         """Store the group's state if it changed (the caller holds its lock).
@@ -571,7 +578,7 @@ class ConsumerGroupProtocol:
                 if group.timers.get(key) is not task:
                     return
                 del group.timers[key]
-                if member_id in group.members and not group.is_dead:
+                if member_id in group.members and not group.is_dead and self._owns(group.group_id):
                     try:
                         self._fence(group, member_id, reason)
                     except KafkaError as exc:

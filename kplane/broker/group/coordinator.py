@@ -45,10 +45,12 @@ from kplane.broker.group.share_config import ShareGroupConfig
 from kplane.broker.group.share_group import ShareGroup, ShareGroupDescription
 from kplane.broker.group.share_protocol import ShareGroupProtocol
 from kplane.broker.metadata.cache import MetadataSnapshot
-from kplane.broker.utils.timer import SystemTimer
-from kplane.protocol.errors import ErrorCode
+from kplane.broker.utils.timer import SystemTimer, TimerTask
+from kplane.protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger(__name__)
+
+_OWNERSHIP_CHECK_MS = 1000
 
 
 class GroupCoordinator:
@@ -74,8 +76,12 @@ class GroupCoordinator:
         group_store: ConsumerGroupStore | None = None,
         group_configs: GroupConfigManager | None = None,
         share_config: ShareGroupConfig | None = None,
+        owns: Callable[[str], bool] = lambda _group_id: True,
     ) -> None:
         self.config = config
+        self._timer = timer
+        self._owns = owns
+        self._topics = topics
         self.groups = GroupRegistry()
         self.classic = ClassicGroupProtocol(config, timer, self.groups)
         configs = group_configs or GroupConfigManager(None)
@@ -92,7 +98,14 @@ class GroupCoordinator:
                 group_id, "consumer.heartbeat.interval.ms", config.consumer_heartbeat_interval_ms
             ),
             store=group_store,
+            owns=owns,
         )
+        self.groups.loader = self.consumer.read_stored
+        self.groups.on_loaded = self._on_loaded
+        self.groups.on_replaced = self._on_replaced
+        self._brokers: frozenset[int] = frozenset()
+        self._ownership_task: TimerTask | None = None
+        self._shutdown = False
         self.share_config = share_config or ShareGroupConfig()
         self.share = ShareGroupProtocol(
             self.share_config,
@@ -108,9 +121,6 @@ class GroupCoordinator:
         )
         self.share_group_deleted: list[Callable[[str], None]] = []
         """Called with the id of each share group deleted (its share-partition state goes)."""
-        consumer_groups = self.consumer.load_all()
-        if consumer_groups:
-            log.info("consumer groups loaded", groups=len(consumer_groups))
         self._offsets = OffsetManager(
             timer,
             partition_exists,
@@ -124,6 +134,58 @@ class GroupCoordinator:
         loaded = self._offsets.load_groups(lambda gid: self._offsets_group(gid, True))
         if loaded:
             log.info("groups with committed offsets loaded", groups=loaded)
+        self._check_ownership()
+
+    # -- which groups this broker coordinates ---------------------------------------------
+
+    def _on_loaded(self, group: Group) -> None:
+        if isinstance(group, ConsumerGroup):
+            self.consumer.on_loaded(group)
+
+    def _on_replaced(self, group: Group) -> None:
+        """``group`` became a group of another type: a consumer group's stored state goes
+        (it would be loaded again by the next coordinator)."""
+        if isinstance(group, ConsumerGroup):
+            self.consumer.shutdown(group)
+            self.consumer.forget(group)
+
+    def _check_ownership(self) -> None:
+        """Kafka's coordinator election and resignation, with the live brokers deciding who
+        coordinates (checked every second): when they change, the groups another broker
+        coordinates now are unloaded here (their timers stop; the stored state stays for
+        that broker), and the stored consumer groups this broker coordinates now are
+        loaded, their members' sessions started."""
+        if self._shutdown:
+            return
+        try:
+            brokers = frozenset(self._topics().brokers)
+            if brokers and brokers != self._brokers:
+                self._brokers = brokers
+                self._unload_unowned()
+                for group_id in self.consumer.stored_group_ids():
+                    if self._owns(group_id):
+                        self.groups.get(group_id)
+        except KafkaError as exc:
+            log.warning("groups not loaded", reason=exc.message)
+            self._brokers = frozenset()  # tried again at the next check
+        finally:
+            if not self._shutdown:
+                self._ownership_task = self._timer.schedule(
+                    _OWNERSHIP_CHECK_MS, self._check_ownership
+                )
+
+    def _unload_unowned(self) -> None:
+        for group in self.groups.all():
+            if self._owns(group.group_id):
+                continue
+            with group.lock:
+                if isinstance(group, ConsumerGroup):
+                    self.consumer.shutdown(group)
+                elif not isinstance(group, ClassicGroup) or not group.is_empty:
+                    continue  # a classic group's members expire here, or rejoin elsewhere
+                group.mark_dead()
+                self.groups.remove(group)
+            log.info("group unloaded: another broker coordinates it", group=group.group_id)
 
     def _offsets_group(self, group_id: str, create: bool) -> Group | None:
         """The group ``group_id`` of any type; created as an Empty classic group (a
@@ -145,6 +207,9 @@ class GroupCoordinator:
 
     def shutdown(self) -> None:
         """Cancel the coordinator's timers (the SystemTimer itself belongs to the caller)."""
+        self._shutdown = True
+        if self._ownership_task is not None:
+            self._ownership_task.cancel()
         self._offsets.shutdown()
         for group in self.groups.all():
             if isinstance(group, ClassicGroup):

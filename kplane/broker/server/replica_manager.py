@@ -189,7 +189,9 @@ class ReplicaManager:
             if self.fetchers is not None:
                 self.fetchers.remove_partitions(led)
                 self.fetchers.add_partitions(followed)
-        for tp in demoted:
+        # A leader made again with a smaller ISR (a gone follower taken out) may move its
+        # high watermark: acks=all Produces parked on it complete (Kafka's makeLeader).
+        for tp in (*demoted, *led):
             self._complete_delayed_requests(tp)
         return errors
 
