@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +29,7 @@ from kplane.common.network.config import ClientConfig
 from kplane.protocol import api
 from kplane.protocol.errors import ErrorCode, KafkaError
 from kplane.testing.plugin import RunningBroker
-from tests.integration.helpers import PLAIN_USERS_JAAS
+from tests.integration.helpers import PLAIN_USERS_JAAS, command_config, secured_broker_overrides
 from tests.repo import REPO_ROOT
 
 DEADLINE_S = 60.0
@@ -368,3 +369,45 @@ def test_configs_cli_round_trip(broker: RunningBroker) -> None:
                      "--add-config", "SCRAM-SHA-256=[password=x]")
     assert refused.returncode == 1
     assert "Only quota configs can be added for 'clients'" in refused.stderr
+
+
+async def test_ip_connection_creation_rate(quotas: QuotaAdmin, broker: RunningBroker) -> None:
+    """KIP-612: past its address's connection_creation_rate a connection is closed at once;
+    without the quota every one is served."""
+    entity = (("ip", "127.0.0.1"),)
+    await quotas.alter_client_quotas([Alteration(entity, {"connection_creation_rate": 2.0})])
+    wires = [broker.wire() for _ in range(30)]
+    try:
+        closed = sum(wire.is_closed_by_peer(timeout=0.2) for wire in wires)
+    finally:
+        for wire in wires:
+            wire.close()
+    assert closed > 0
+    await quotas.alter_client_quotas([Alteration(entity, {"connection_creation_rate": None})])
+    wires = [broker.wire() for _ in range(30)]
+    try:
+        assert not any(wire.is_closed_by_peer(timeout=0.2) for wire in wires)
+    finally:
+        for wire in wires:
+            wire.close()
+
+
+def test_quota_apis_need_cluster_configs_acls(
+    broker_factory: Callable[..., RunningBroker], tmp_path: Path
+) -> None:
+    """DescribeClientQuotas needs DESCRIBE_CONFIGS on the cluster, AlterClientQuotas
+    ALTER_CONFIGS (Kafka's checks): alice has neither, admin (a super user) both."""
+    broker = broker_factory(secured_broker_overrides())
+    b = ("--bootstrap-server", broker.bootstrap())
+    admin = ("--command-config", str(command_config(tmp_path / "admin.properties", "admin")))
+    alice = ("--command-config", str(command_config(tmp_path / "alice.properties", "alice")))
+    ok("configs", *b, *admin, "--client", "app", "--alter", "--add-config",
+       "producer_byte_rate=1024")
+    refused = kplane("configs", *b, *alice, "--client", "app", "--alter", "--add-config",
+                     "producer_byte_rate=1")
+    assert refused.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
+    refused = kplane("configs", *b, *alice, "--client", "app", "--describe")
+    assert refused.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
+    assert ok("configs", *b, *admin, "--client", "app", "--describe") == (
+        "Quota configs for client-id 'app' are producer_byte_rate=1024.0\n"
+    )
