@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "share-groups": ("share_groups", "list, describe, reset, delete share groups (KIP-932)"),
     "acls": ("acls", "add, remove, list ACLs (kafka-acls)"),
     "log-dirs": ("log_dirs", "describe the log directories of brokers (kafka-log-dirs)"),
+    "delegation-tokens": ("delegation_tokens",
+                          "create, renew, expire, describe delegation tokens"),
     "client-metrics": ("client_metrics",
                        "client metrics subscriptions, KIP-714 (kafka-client-metrics)"),
     "doctor": ("doctor", "explain why a client cannot reach the brokers"),

@@ -594,6 +594,18 @@ _DECLARED: tuple[ActedOn | ConfigDef, ...] = (
             "options; also listener.name.<name>.<mechanism>.sasl.jaas.config."),
     ActedOn("connection.failed.authentication.delay.ms",
             "Delay before the answer to a failed authentication (and the close)."),
+    # Delegation tokens (KIP-48)
+    ActedOn("delegation.token.secret.key",
+            "Secret the tokens' HMACs (their passwords) are computed with; the same on every "
+            "broker. Unset or empty: delegation tokens are disabled."),
+    ActedOn("delegation.token.master.key",
+            "Deprecated alias of delegation.token.secret.key."),
+    ActedOn("delegation.token.max.lifetime.ms",
+            "Longest a token can live, renewals included; a longer asked lifetime is cut."),
+    ActedOn("delegation.token.expiry.time.ms",
+            "How long a token is valid after its creation or a renewal without a period."),
+    ActedOn("delegation.token.expiry.check.interval.ms",
+            "How often the controller removes expired tokens."),
     # Authorization
     ActedOn("authorizer.class.name",
             "Authorizer checking every request against ACLs in the metadata store: "

@@ -13,6 +13,7 @@ from typing import Any, cast
 from urllib.parse import quote, unquote
 
 from kplane.broker.config.endpoint import EndPoint, SecurityProtocol
+from kplane.broker.metadata.config_changes import CHANGES, purge_notifications
 from kplane.broker.metadata.store import (
     BadVersionError,
     CheckOp,
@@ -29,7 +30,6 @@ from kplane.broker.metadata.store import (
 )
 
 PRODUCER_ID_BLOCK_SIZE = 1000
-CONFIG_CHANGE_RETENTION_MS = 15 * 60 * 1000
 LOG_DIR_EVENT_PATH = "/log_dir_event_notification"
 LOG_DIR_FAILURE_EVENT = 1
 """Kafka's LogDirEventNotification ``event`` for a failed log dir (the only one)."""
@@ -514,17 +514,7 @@ class KafkaMetadataClient:
                 sequential=True,
                 makepath=True,
             )
-            self._purge_config_changes()
-
-    def _purge_config_changes(self) -> None:
-        """Drop change notifications older than Kafka's 15 minutes."""
-        horizon = time.time() * 1000 - CONFIG_CHANGE_RETENTION_MS
-        for name in self.store.get_children("/config/changes"):
-            path = f"/config/changes/{name}"
-            stat = self.store.exists(path)
-            if stat is not None and stat.ctime_ms < horizon:
-                with contextlib.suppress(NoNodeError):
-                    self.store.delete(path)
+            purge_notifications(self.store, CHANGES)
 
     def get_entities(self, entity_type: str) -> list[str]:
         """Names under ``/config/<type>``."""

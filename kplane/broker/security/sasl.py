@@ -35,6 +35,8 @@ class SaslSession:
     server: SaslServer | None = None
     authenticated: bool = False
     principal: str = ANONYMOUS
+    token_authenticated: bool = False
+    """Authenticated with a delegation token (which may not then create or renew tokens)."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ class SaslServer(Protocol):
 
     user: str | None
     complete: bool
+    token_authenticated: bool
+    """Whether the user logged in with a delegation token (SCRAM ``tokenauth=true``)."""
 
     def evaluate(self, token: bytes) -> bytes:
         """The answer to the client's ``token``; SaslAuthenticationFailed when refused."""
@@ -28,6 +30,7 @@ class PlainServer:
         self._users = users
         self.user: str | None = None
         self.complete = False
+        self.token_authenticated = False
 
     def evaluate(self, token: bytes) -> bytes:
         parts = token.split(b"\x00")

@@ -16,6 +16,7 @@ import secrets
 import threading
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Protocol
 from urllib.parse import quote, unquote
 
 from kplane.broker.metadata.kafka_store import KafkaMetadataClient
@@ -116,11 +117,23 @@ def sanitize(name: str) -> str:
     return encoded.replace(".", "%2E") if encoded in (".", "..") else encoded
 
 
+class TokenCredentials(Protocol):
+    """Delegation tokens' SCRAM credentials (the DelegationTokenManager's cache)."""
+
+    def token_login(
+        self, token_id: str, mechanism: ScramMechanismType
+    ) -> tuple[str, ScramCredential] | None:
+        """The owner's name and the credential of a live token; None otherwise."""
+        ...
+
+
 class ScramCredentialStore:
-    """Users' SCRAM credentials at ``/config/users`` of the metadata store."""
+    """Users' SCRAM credentials at ``/config/users`` of the metadata store, and the
+    delegation tokens' (``tokens``, set when the broker serves tokens)."""
 
     def __init__(self, client: KafkaMetadataClient) -> None:
         self.client = client
+        self.tokens: TokenCredentials | None = None
         self._lock = threading.Lock()
 
     def _configs(self, user: str) -> dict[str, str]:
@@ -163,7 +176,9 @@ class ScramCredentialStore:
 
 class ScramServer:
     """One connection's SCRAM exchange (RFC 5802 server side, no channel binding, as in
-    Kafka): client-first, then client-final."""
+    Kafka): client-first, then client-final. A client-first message with the extension
+    ``tokenauth=true`` logs in with a delegation token: the user name is the token id, the
+    password its HMAC, and the user authenticated is the token's owner."""
 
     def __init__(self, mechanism: str, credentials: ScramCredentialStore) -> None:
         self.mechanism = mechanism
@@ -172,6 +187,7 @@ class ScramServer:
         self._step = 0
         self.user: str | None = None
         self.complete = False
+        self.token_authenticated = False
         self._credential: ScramCredential | None = None
         self._gs2_header = ""
         self._nonce = ""
@@ -204,9 +220,19 @@ class ScramServer:
         user = attributes["n"].replace("=2C", ",").replace("=3D", "=")
         if authzid and authzid != f"a={attributes['n']}":
             raise ValueError("the authorization id differs from the user name")
-        credential = self._credentials.get(user, self.mechanism)
-        if credential is None:
-            raise ValueError(f"unknown user {user!r}")
+        if attributes.get("tokenauth", "").lower() == "true":  # Java's Boolean.parseBoolean
+            tokens = self._credentials.tokens
+            mechanism = ScramMechanismType.of(self.mechanism)
+            login = tokens.token_login(user, mechanism) if tokens is not None else None
+            if login is None:
+                raise ValueError(f"unknown or expired delegation token {user!r}")
+            user, credential = login
+            self.token_authenticated = True
+        else:
+            found = self._credentials.get(user, self.mechanism)
+            if found is None:
+                raise ValueError(f"unknown user {user!r}")
+            credential = found
         self.user, self._credential = user, credential
         self._gs2_header = f"{flag},{authzid},"
         self._nonce = attributes["r"] + secrets.token_urlsafe(24)

@@ -49,6 +49,8 @@ from kplane.broker.network.tls import server_tls
 from kplane.broker.quota.client_quotas import ClientQuotas
 from kplane.broker.quota.store import ClientQuotaStore
 from kplane.broker.security.authorizer import authorizer_from_config
+from kplane.broker.security.delegation_token_manager import DelegationTokenManager
+from kplane.broker.security.delegation_token_store import DelegationTokenStore
 from kplane.broker.security.sasl import sasl_listeners
 from kplane.broker.security.scram import ScramCredentialStore
 from kplane.broker.server.acl_apis import AclApis
@@ -60,6 +62,7 @@ from kplane.broker.server.client_quota_apis import ClientQuotaApis
 from kplane.broker.server.context import ApiFamily
 from kplane.broker.server.controlled_shutdown import controlled_shutdown
 from kplane.broker.server.controller_apis import ControllerApis
+from kplane.broker.server.delegation_token_apis import DelegationTokenApis
 from kplane.broker.server.dynamic_listeners import (
     DynamicListenerConfig,
     DynamicListenerSecurity,
@@ -228,6 +231,9 @@ class KafkaServer:
         stops start-up here, before anything listens."""
         self.tls = server_tls(config)
         self.scram_credentials = ScramCredentialStore(self.client)
+        self.tokens = DelegationTokenManager.from_config(config, DelegationTokenStore(self.store))
+        self.tokens.startup()
+        self.scram_credentials.tokens = self.tokens
         self.sasl_listeners = sasl_listeners(config, self.scram_credentials)
         self.authorizer = authorizer_from_config(config, self.store)
 
@@ -528,6 +534,7 @@ class KafkaServer:
             lambda: self.config.get_bool("unclean.leader.election.enable"),
         )
         self.controller.startup()
+        self._start_token_expiry(config)
         if isinstance(self.store, ZooKeeperMetadataStore):
             self.store.add_session_listener(self._on_new_session)
         self._await_own_metadata()
@@ -559,6 +566,21 @@ class KafkaServer:
         )
         self.client_metrics.load()
         self.telemetry_apis = TelemetryApis(self.client_metrics)
+
+    def _start_token_expiry(self, config: KafkaConfig) -> None:
+        """With delegation tokens on, the controller removes expired tokens every
+        ``delegation.token.expiry.check.interval.ms`` (Kafka's delete-expired-tokens)."""
+        if not self.tokens.enabled:
+            return
+        interval_ms = config.get_int("delegation.token.expiry.check.interval.ms")
+        scheduler = KafkaScheduler("delegation-token-expiry-scheduler")
+        self.lifecycle.on_shutdown("stop token expiry checks", scheduler.shutdown)
+
+        def delete_expired_tokens() -> None:
+            if self.controller.active:
+                self.tokens.expire_tokens()
+
+        scheduler.schedule("delete-expired-tokens", delete_expired_tokens, interval_ms, interval_ms)
 
     def _api_families(self) -> list[ApiFamily]:
         return [
@@ -619,6 +641,7 @@ class KafkaServer:
                 lambda: self.controller,
             ),
             ScramApis(self.scram_credentials),
+            DelegationTokenApis(self.tokens),
             LogDirApis(self.log_manager),
             *(
                 [FaultApis(self.fault_injector, self.authorizer)]

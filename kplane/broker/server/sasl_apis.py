@@ -114,6 +114,7 @@ class SaslApis:
         if server.complete:
             session.authenticated = True
             session.principal = f"User:{server.user}"
+            session.token_authenticated = server.token_authenticated
             session.server = None
         ctx.respond(
             ctx.make_response(error_code=ErrorCode.none, error_message=None, auth_bytes=challenge)

@@ -151,7 +151,8 @@ class ClientConfig:
                 "sasl.jaas.config: set either it or sasl.username and sasl.password, not both"
             )
         if self.sasl_jaas_config:
-            return SaslCredentials(mechanism, *_jaas_credentials(self.sasl_jaas_config))
+            username, password, token_auth = _jaas_credentials(self.sasl_jaas_config)
+            return SaslCredentials(mechanism, username, password, token_auth)
         if not self.sasl_username or self.sasl_password is None:
             raise ValueError(
                 f"sasl.username and sasl.password (or sasl.jaas.config): required with "
@@ -193,8 +194,9 @@ def _store_type(key: str, value: str, jks_message: str) -> str:
     return kind
 
 
-def _jaas_credentials(text: str) -> tuple[str, str]:
-    """``username`` and ``password`` of a PlainLoginModule or ScramLoginModule entry."""
+def _jaas_credentials(text: str) -> tuple[str, str, bool]:
+    """``username`` and ``password`` of a PlainLoginModule or ScramLoginModule entry, and
+    ScramLoginModule's ``tokenauth`` (a delegation token's id and HMAC as user and password)."""
     try:
         module = parse_jaas_config(text)
     except JaasError as exc:
@@ -207,4 +209,4 @@ def _jaas_credentials(text: str) -> tuple[str, str]:
     username, password = module.options.get("username"), module.options.get("password")
     if not username or password is None:
         raise ValueError('sasl.jaas.config: needs username="..." and password="..." options')
-    return username, password
+    return username, password, module.options.get("tokenauth", "").lower() == "true"

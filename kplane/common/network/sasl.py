@@ -1,7 +1,8 @@
 """SASL authentication of a client connection: SaslHandshake v1, then SaslAuthenticate.
 
 PLAIN sends one token; SCRAM-SHA-256/512 (RFC 5802, the client side is `scramp`'s) take two
-round trips and check the broker's signature at the end. A refusal raises
+round trips and check the broker's signature at the end; with a delegation token the
+client-first message carries Kafka's ``tokenauth=true`` extension. A refusal raises
 SaslAuthenticationError with the broker's error code and message.
 """
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 PLAIN = "PLAIN"
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 MECHANISMS = (PLAIN, *SCRAM_MECHANISMS)
+TOKEN_AUTH_EXTENSION = ",tokenauth=true"
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,9 @@ class SaslCredentials:
     mechanism: str
     username: str
     password: str = field(repr=False)
+    token_auth: bool = False
+    """SCRAM with a delegation token (the ``tokenauth=true`` extension, KIP-48): the user
+    is the token id, the password its HMAC in base64."""
 
 
 class SaslAuthenticationError(AuthenticationError, KafkaError):
@@ -80,7 +85,11 @@ async def authenticate(conn: BrokerConnection, credentials: SaslCredentials) -> 
 
     client = scramp.ScramClient([mechanism], credentials.username, credentials.password)
     try:
-        client.set_server_first((await exchange(client.get_client_first().encode())).decode())
+        first = client.get_client_first()
+        if credentials.token_auth:  # an extension ends the bare message the proof signs
+            first += TOKEN_AUTH_EXTENSION
+            client.client_first_bare += TOKEN_AUTH_EXTENSION
+        client.set_server_first((await exchange(first.encode())).decode())
         client.set_server_final((await exchange(client.get_client_final().encode())).decode())
     except (scramp.ScramException, UnicodeDecodeError) as exc:
         raise SaslAuthenticationError(
