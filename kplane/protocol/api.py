@@ -23,6 +23,7 @@ from kio.static.constants import EntityType
 from kplane.protocol import controller_schema
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.body_scan import scan
+from kplane.protocol.fetch_codec import decode_fetch_request
 from kplane.protocol.produce_codec import decode_produce_request
 
 E = TypeVar("E")
@@ -156,11 +157,14 @@ def decode_request(api_key: int, version: int, buffer: Any, offset: int = 0) -> 
 
 
 def read_request(api_key: int, version: int, buffer: Any, offset: int = 0) -> Any:
-    """A request body as the broker reads it: Produce by its hand codec (a
-    :class:`~kplane.protocol.produce_codec.ProduceRequestData`), every other API with
+    """A request body as the broker reads it: Produce and Fetch by their hand codecs (a
+    :class:`~kplane.protocol.produce_codec.ProduceRequestData`, a
+    :class:`~kplane.protocol.fetch_codec.FetchRequestData`), every other API with
     :func:`decode_request`; raises on malformed bytes."""
     if api_key == ApiKey.PRODUCE:
         return decode_produce_request(version, buffer, offset)
+    if api_key == ApiKey.FETCH:
+        return decode_fetch_request(version, buffer, offset)
     return decode_request(api_key, version, buffer, offset)
 
 

@@ -77,7 +77,7 @@ from kplane.broker.log.segment import (
 from kplane.broker.log.transaction_index import AbortedTxn, TransactionIndex
 from kplane.broker.utils.file_region import Transferable
 from kplane.broker.utils.files import fsync_dir
-from kplane.protocol.fetch_response import Piece
+from kplane.protocol.fetch_codec import Piece
 from kplane.protocol.records import (
     BatchHeader,
     EndTxnMarker,

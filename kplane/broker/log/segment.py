@@ -17,7 +17,7 @@ from pathlib import Path
 from kplane.broker.log.offset_index import OffsetIndex, TimeIndex
 from kplane.broker.log.transaction_index import TransactionIndex
 from kplane.broker.utils.file_region import FileRegion, OpenFile
-from kplane.protocol.fetch_response import Piece
+from kplane.protocol.fetch_codec import Piece
 from kplane.protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,

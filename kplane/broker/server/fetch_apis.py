@@ -26,7 +26,12 @@ from kplane.broker.utils.purgatory import DelayedOperation, DelayedOperationPurg
 from kplane.common.acl import AclOperation, AclResourceType
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode, KafkaError
-from kplane.protocol.fetch_response import encode_fetch_response
+from kplane.protocol.fetch_codec import (
+    FetchPartitionResult,
+    FetchRequestData,
+    FetchTopicResult,
+    encode_fetch_response,
+)
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -61,7 +66,7 @@ class DelayedFetch(DelayedOperation):
 
     def try_complete(self) -> bool:
         available = 0
-        min_bytes = int(self.ctx.body.min_bytes)
+        min_bytes = self.ctx.body.min_bytes
         isolation_level = _isolation_level(self.ctx)
         for spec in self.specs:
             if spec.tp is None:
@@ -153,17 +158,19 @@ class FetchApis:
 
     # Fetch ---------------------------------------------------------------------------
     def handle_fetch(self, ctx: RequestContext) -> None:
-        req = ctx.body
+        """Decoded by :mod:`protocol.fetch_codec`: resolve the partitions, then answer now
+        or when ``min_bytes`` arrive or ``max_wait_ms`` passes."""
+        req: FetchRequestData = ctx.body
         by_id = ctx.api_version >= 13
-        replica_id = _replica_id(ctx)
+        replica_id = req.replica_id
         # A follower's fetch needs ClusterAction; its topics are not checked for Read.
         follower_allowed = replica_id >= 0 and ctx.authorized(
             AclOperation.CLUSTER_ACTION, AclResourceType.CLUSTER
         )
         specs: list[FetchPartitionSpec] = []
         for topic in req.topics:
-            key = topic.topic_id if by_id else topic.topic
-            name = self.cache.topic_name(key) if by_id else key
+            key: Any = topic.topic_id if by_id else topic.topic
+            name = self.cache.topic_name(topic.topic_id) if topic.topic_id else topic.topic
             readable = name is not None and (
                 follower_allowed
                 if replica_id >= 0
@@ -173,28 +180,26 @@ class FetchApis:
                 ErrorCode.unknown_topic_id if name is None else ErrorCode.topic_authorization_failed
             )
             for p in topic.partitions:
-                index = int(p.partition)
-                tp = TopicPartition(name, index) if readable and name is not None else None
+                tp = TopicPartition(name, p.partition) if readable and name is not None else None
                 specs.append(
                     FetchPartitionSpec(
                         key,
                         tp,
-                        int(p.fetch_offset),
-                        int(p.partition_max_bytes),
-                        index,
+                        p.fetch_offset,
+                        p.partition_max_bytes,
+                        p.partition,
                         error,
-                        int(getattr(p, "current_leader_epoch", -1)),
+                        p.current_leader_epoch,
                     )
                 )
         if follower_allowed:
             for spec in specs:
                 if spec.tp is not None:
                     self.replica_manager.update_follower_fetch(spec.tp, replica_id, spec.offset)
-        max_wait_ms = req.max_wait.total_seconds() * 1000.0
-        if max_wait_ms <= 0 or int(req.min_bytes) <= 0 or not specs:
+        if req.max_wait_ms <= 0 or req.min_bytes <= 0 or not specs:
             self.respond(ctx, specs)
             return
-        delayed = DelayedFetch(self, ctx, specs, max_wait_ms)
+        delayed = DelayedFetch(self, ctx, specs, req.max_wait_ms)
         if not self.purgatory.try_complete_else_watch(
             delayed, [s.tp for s in specs if s.tp is not None]
         ):
@@ -203,12 +208,13 @@ class FetchApis:
 
     def respond(self, ctx: RequestContext, specs: list[FetchPartitionSpec]) -> None:
         """Read every partition now and answer; stored batches go out without a copy."""
-        by_id = ctx.api_version >= 13
-        remaining = min(int(ctx.body.max_bytes), self.fetch_max_bytes)
+        req: FetchRequestData = ctx.body
+        remaining = min(req.max_bytes, self.fetch_max_bytes)
         isolation_level = _isolation_level(ctx)
-        topics: dict[Any, list[tuple[Any, list[Transferable]]]] = {}
+        topics: dict[Any, FetchTopicResult[Transferable]] = {}
+        by_id = ctx.api_version >= 13
         first_data = True
-        replica_id = _replica_id(ctx) if isolation_level == FETCH_LOG_END else -1
+        replica_id = req.replica_id if isolation_level == FETCH_LOG_END else -1
         quota = self.replica_manager.leader_quota if replica_id >= 0 else None
         for spec in specs:
             if spec.tp is None:
@@ -232,41 +238,26 @@ class FetchApis:
             if size:
                 first_data = False
                 remaining = max(0, remaining - size)
-            partition = ctx.make(
-                "PartitionData",
-                partition_index=spec.partition,
-                error_code=result.error,
-                high_watermark=result.high_watermark,
-                last_stable_offset=result.last_stable_offset,
-                log_start_offset=result.log_start_offset,
-                aborted_transactions=None
-                if result.aborted_transactions is None
-                else tuple(
-                    ctx.make(
-                        "AbortedTransaction",
-                        producer_id=txn.producer_id,
-                        first_offset=txn.first_offset,
-                    )
-                    for txn in result.aborted_transactions
-                ),
-                preferred_read_replica=-1,
-                records=b"",
+            topic = topics.get(spec.topic_key)
+            if topic is None:
+                topic = topics[spec.topic_key] = FetchTopicResult(
+                    None if by_id else spec.topic_key, spec.topic_key if by_id else None
+                )
+            aborted = result.aborted_transactions
+            topic.partitions.append(
+                FetchPartitionResult(
+                    spec.partition,
+                    result.error,
+                    result.high_watermark,
+                    result.last_stable_offset,
+                    result.log_start_offset,
+                    None
+                    if aborted is None
+                    else [(txn.producer_id, txn.first_offset) for txn in aborted],
+                    records=result.views,
+                )
             )
-            topics.setdefault(spec.topic_key, []).append((partition, result.views))
-        entries = [
-            (
-                ctx.make(
-                    "FetchableTopicResponse",
-                    topic=None if by_id else key,
-                    topic_id=key if by_id else None,
-                    partitions=(),
-                ),
-                partitions,
-            )
-            for key, partitions in topics.items()
-        ]
-        response = ctx.make_response(error_code=ErrorCode.none, session_id=0, responses=())
-        ctx.respond_pieces(encode_fetch_response(response, entries))
+        ctx.respond_pieces(encode_fetch_response(ctx.api_version, list(topics.values())))
 
     def held_back(self, ctx: RequestContext, tp: TopicPartition) -> bool:
         """Over the leader's rate, a throttled follower's fetch of ``tp`` gets no records
@@ -276,7 +267,7 @@ class FetchApis:
         quota = self.replica_manager.leader_quota
         return (
             quota is not None
-            and self.replica_manager.throttled_follower(tp, _replica_id(ctx))
+            and self.replica_manager.throttled_follower(tp, ctx.body.replica_id)
             and quota.is_quota_exceeded()
         )
 
@@ -349,17 +340,9 @@ class FetchApis:
         return ErrorCode.none, found[0], found[1], epoch
 
 
-def _replica_id(ctx: RequestContext) -> int:
-    """The fetching follower's broker id (``replica_state`` from Fetch v15), or -1 for a
-    consumer."""
-    body = ctx.body
-    state = getattr(body, "replica_state", None)
-    return int(state.replica_id if state is not None else getattr(body, "replica_id", -1))
-
-
 def _isolation_level(ctx: RequestContext) -> int:
     """The request's isolation level (ListOffsets v0 and v1 have none: READ_UNCOMMITTED);
     FETCH_LOG_END for a follower's Fetch."""
-    if ctx.api_key == ApiKey.FETCH and _replica_id(ctx) >= 0:
+    if ctx.api_key == ApiKey.FETCH and ctx.body.replica_id >= 0:
         return FETCH_LOG_END
     return int(getattr(ctx.body, "isolation_level", 0))

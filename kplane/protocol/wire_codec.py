@@ -1,0 +1,114 @@
+"""Reading and writing Kafka's primitive fields by hand, for the hand codecs of the hot
+path (Produce, Fetch): every count and length read is checked against the bytes left
+before it is used, as :mod:`protocol.body_scan` checks them for kio (sans-IO)."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+
+from kplane.protocol.body_scan import MalformedBody, uvarint, write_uvarint
+
+I8 = struct.Struct(">b")
+I16 = struct.Struct(">h")
+I32 = struct.Struct(">i")
+I64 = struct.Struct(">q")
+
+
+class WireReader:
+    """Reads fields of ``buf`` from ``pos`` on; nothing past the end is trusted."""
+
+    __slots__ = ("buf", "end", "pos")
+
+    def __init__(self, buf: bytes, pos: int, end: int | None = None) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.end = len(buf) if end is None else end
+
+    def take(self, size: int, what: str) -> int:
+        """Claim ``size`` bytes; their start."""
+        start = self.pos
+        stop = start + size
+        if stop > self.end:
+            raise MalformedBody(f"{what}: {size} bytes needed, {self.end - start} left")
+        self.pos = stop
+        return start
+
+    def unpack(self, fmt: struct.Struct, what: str) -> tuple[int, ...]:
+        """The fixed-size fields of ``fmt``."""
+        return fmt.unpack_from(self.buf, self.take(fmt.size, what))
+
+    def int32(self, what: str) -> int:
+        return int(I32.unpack_from(self.buf, self.take(4, what))[0])
+
+    def uuid(self, what: str) -> uuid.UUID:
+        start = self.take(16, what)
+        return uuid.UUID(bytes=bytes(self.buf[start : start + 16]))
+
+    def uvarint(self) -> int:
+        value, self.pos = uvarint(self.buf, self.pos, self.end)
+        return value
+
+    def length(self, flexible: bool, wide: bool, what: str) -> int:
+        """A length or count (compact: uvarint minus one; else int16/int32); -1 is null."""
+        if flexible:
+            return self.uvarint() - 1
+        if wide:
+            return self.int32(what)
+        return int(I16.unpack_from(self.buf, self.take(2, what))[0])
+
+    def count(self, flexible: bool, element_min: int, what: str) -> int:
+        """A non-nullable array's count, at most what the bytes left can hold."""
+        n = self.length(flexible, True, what)
+        if n < 0:
+            raise MalformedBody(f"{what}: null where not nullable")
+        if n * element_min > self.end - self.pos:
+            raise MalformedBody(f"{what}: {n} elements announced, {self.end - self.pos} bytes left")
+        return n
+
+    def string(self, flexible: bool, nullable: bool, what: str) -> str | None:
+        n = self.length(flexible, False, what)
+        if n < 0:
+            if nullable:
+                return None
+            raise MalformedBody(f"{what}: null where not nullable")
+        start = self.take(n, what)
+        try:
+            return bytes(self.buf[start : start + n]).decode()
+        except UnicodeDecodeError as exc:
+            raise MalformedBody(f"{what}: not UTF-8") from exc
+
+    def nullable_bytes(self, flexible: bool, what: str) -> bytes | None:
+        n = self.length(flexible, True, what)
+        if n < 0:
+            return None
+        start = self.take(n, what)
+        return bytes(self.buf[start : start + n])
+
+    def tagged_fields(self) -> list[tuple[int, WireReader]]:
+        """The tagged fields (KIP-482) here: each tag with a reader bounded to its bytes."""
+        fields = []
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            size = self.uvarint()
+            start = self.take(size, "tagged field")
+            fields.append((tag, WireReader(self.buf, start, start + size)))
+        return fields
+
+    def skip_tagged_fields(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self.take(self.uvarint(), "tagged field")
+
+
+def length_prefix(n: int, flexible: bool) -> bytes:
+    """An array count or bytes length: compact (uvarint n+1) or int32."""
+    return write_uvarint(n + 1) if flexible else I32.pack(n)
+
+
+def string_field(value: str | None, flexible: bool) -> bytes:
+    """A (nullable) string: compact, or int16 length."""
+    if value is None:
+        return b"\x00" if flexible else b"\xff\xff"
+    data = value.encode()
+    return (write_uvarint(len(data) + 1) if flexible else I16.pack(len(data))) + data
