@@ -34,6 +34,7 @@ from kplane.common.acl import (
     AclResourceType,
     PatternType,
 )
+from kplane.common.certs import PkiFiles
 from kplane.common.network.config import ClientConfig
 from kplane.common.network.sasl import SaslAuthenticationError
 from kplane.protocol.errors import ErrorCode, KafkaError
@@ -703,3 +704,61 @@ def test_the_delegation_tokens_command(token_broker: RunningBroker, tmp_path: Pa
     ):
         wrong = _cli(*connect, *args)
         assert (wrong.returncode, wrong.stderr) == (1, message + "\n")
+
+
+# a cluster -------------------------------------------------------------------------------------
+async def test_every_broker_of_a_cluster_knows_every_token(
+    kafka_cluster: Callable[..., Any],
+) -> None:
+    cluster = kafka_cluster(2, _token_props())
+    first, second = cluster.broker(0), cluster.broker(1)
+    await _started_with_users(_client(first, "PLAINTEXT"), "alice")
+    async with _as(first, "alice") as alice:
+        token = await alice.create_delegation_token()
+    # The second broker learns the token from the change notification in ZooKeeper.
+    deadline = time.monotonic() + 30
+    while not await _logs_in(_with_token(second, token)):
+        assert time.monotonic() < deadline, "the second broker never accepted the token"
+        await asyncio.sleep(0.2)
+    async with _as(second, "alice") as alice:
+        [seen] = await alice.describe_delegation_token()
+        assert seen.hmac == token.hmac  # the same secret gives the same password
+        await alice.expire_delegation_token(token.hmac, -1)
+    deadline = time.monotonic() + 30
+    while await _logs_in(_with_token(first, token)):
+        assert time.monotonic() < deadline, "the first broker still accepts an expired token"
+        await asyncio.sleep(0.2)
+
+
+async def test_one_way_ssl_is_not_allowed_and_a_client_certificate_is(
+    broker_factory: Callable[..., RunningBroker], pki: PkiFiles
+) -> None:
+    broker = broker_factory(
+        _token_props(
+            **{
+                "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,MTLS://127.0.0.1:0",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL",
+                "ssl.keystore.type": "PKCS12",
+                "ssl.keystore.location": str(pki.broker_p12),
+                "ssl.keystore.password": pki.password,
+                "listener.name.mtls.ssl.client.auth": "required",
+                "listener.name.mtls.ssl.truststore.type": "PEM",
+                "listener.name.mtls.ssl.truststore.location": str(pki.truststore_pem),
+            }
+        )
+    )
+    tls = {"security.protocol": "SSL", "ssl.ca.location": str(pki.ca_cert)}
+    async with Session(_client(broker, "SSL", **tls)) as anonymous:
+        assert await _code(anonymous.describe_delegation_token()) == (
+            ErrorCode.delegation_token_request_not_allowed
+        )
+    certificate = {
+        "ssl.certificate.location": str(pki.client_cert),
+        "ssl.key.location": str(pki.client_key),
+    }
+    async with Session(_client(broker, "MTLS", **tls, **certificate)) as client:
+        token = await client.create_delegation_token()
+        assert token.info.owner == "User:CN=kplane-client,OU=test,O=kplane"
+        assert [t.info.token_id for t in await client.describe_delegation_token()] == [
+            token.info.token_id
+        ]
