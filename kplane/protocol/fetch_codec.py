@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Sequence, Sized
+from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Generic, TypeVar
 
 from kplane.protocol.body_scan import write_uvarint
@@ -47,10 +48,22 @@ _CLUSTER_ID_TAG = 0
 _REPLICA_STATE_TAG = 1
 
 _HEAD_V4 = struct.Struct(">iiiib")  # replica id, max wait, min bytes, max bytes, isolation
-_HEAD_V15 = struct.Struct(">iiib")  # the replica id moved to the ReplicaState tag
-_SESSION = struct.Struct(">ii")
+_HEAD_V7 = struct.Struct(">iiiibii")  # ... session id and epoch
+_HEAD_V15 = struct.Struct(">iiibii")  # the replica id moved to the ReplicaState tag
 _REPLICA_STATE = struct.Struct(">iq")
 _PARTITION_MIN = 4 + 8 + 4  # partition, fetch offset, max bytes
+
+
+@cache
+def _partition_layout(version: int) -> tuple[struct.Struct, Callable[..., FetchPartition]]:
+    """A partition's fixed fields in ``version`` (one unpack), and how they make one."""
+    if version >= FLEXIBLE_SINCE:
+        return struct.Struct(">iiqiqi"), FetchPartition
+    if version >= _LEADER_EPOCH_SINCE:
+        return struct.Struct(">iiqqi"), lambda p, e, o, s, m: FetchPartition(p, e, o, -1, s, m)
+    if version >= _LOG_START_SINCE:
+        return struct.Struct(">iqqi"), lambda p, o, s, m: FetchPartition(p, -1, o, -1, s, m)
+    return struct.Struct(">iqi"), lambda p, o, m: FetchPartition(p, -1, o, -1, -1, m)
 _TOPIC_MIN = 1 + 1  # an empty name (or more) and an empty partition array
 _ABORTED = struct.Struct(">qq")
 
@@ -62,14 +75,14 @@ P = TypeVar("P", bound=Sized)
 
 @dataclass(slots=True)
 class FetchPartition:
-    """One partition a fetch asks for."""
+    """One partition a fetch asks for (fields in their v12+ wire order)."""
 
     partition: int
+    current_leader_epoch: int
     fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
     partition_max_bytes: int
-    current_leader_epoch: int = -1
-    last_fetched_epoch: int = -1
-    log_start_offset: int = -1
 
 
 @dataclass(slots=True)
@@ -147,22 +160,29 @@ def decode_fetch_request(version: int, buf: bytes, offset: int) -> FetchRequestD
     flexible = version >= FLEXIBLE_SINCE
     by_id = version >= TOPIC_ID_SINCE
     r = WireReader(buf, offset)
+    replica_id = -1
+    session_id, session_epoch = 0, -1
     if version >= _REPLICA_STATE_SINCE:
-        replica_id = -1
-        max_wait_ms, min_bytes, max_bytes, isolation = r.unpack(_HEAD_V15, "fetch limits")
+        max_wait_ms, min_bytes, max_bytes, isolation, session_id, session_epoch = r.unpack(
+            _HEAD_V15, "fetch limits and session"
+        )
+    elif version >= _SESSIONS_SINCE:
+        replica_id, max_wait_ms, min_bytes, max_bytes, isolation, session_id, session_epoch = (
+            r.unpack(_HEAD_V7, "replica id, fetch limits and session")
+        )
     else:
         replica_id, max_wait_ms, min_bytes, max_bytes, isolation = r.unpack(
             _HEAD_V4, "replica id and fetch limits"
         )
-    session_id, session_epoch = (
-        r.unpack(_SESSION, "session") if version >= _SESSIONS_SINCE else (0, -1)
-    )
+    layout, make_partition = _partition_layout(version)
     topics = []
     for _ in range(r.count(flexible, _TOPIC_MIN, "topics")):
         name, topic_id = _topic_key(r, flexible, by_id)
         partitions = []
         for _ in range(r.count(flexible, _PARTITION_MIN, "partitions")):
-            partitions.append(_fetch_partition(r, version, flexible))
+            partitions.append(make_partition(*r.unpack(layout, "partition")))
+            if flexible:
+                r.skip_tagged_fields()  # ReplicaDirectoryId (v17+), HighWatermark (v18+)
         if flexible:
             r.skip_tagged_fields()
         topics.append(FetchTopic(name, topic_id, tuple(partitions)))
@@ -178,15 +198,15 @@ def decode_fetch_request(version: int, buf: bytes, offset: int) -> FetchRequestD
             forgotten.append(ForgottenTopic(name, topic_id, indexes))
     rack_id = (r.string(flexible, False, "rack_id") or "") if version >= _RACK_SINCE else ""
     request = FetchRequestData(
-        int(replica_id),
-        int(max_wait_ms),
-        int(min_bytes),
-        int(max_bytes),
-        int(isolation),
+        replica_id,
+        max_wait_ms,
+        min_bytes,
+        max_bytes,
+        isolation,
         tuple(topics),
         tuple(forgotten),
-        int(session_id),
-        int(session_epoch),
+        session_id,
+        session_epoch,
         rack_id,
         replica_state=ReplicaState() if version >= _REPLICA_STATE_SINCE else None,
     )
@@ -199,20 +219,6 @@ def _topic_key(r: WireReader, flexible: bool, by_id: bool) -> tuple[str | None, 
     if by_id:
         return None, r.uuid("topic_id")
     return r.string(flexible, False, "topic"), None
-
-
-def _fetch_partition(r: WireReader, version: int, flexible: bool) -> FetchPartition:
-    index = r.int32("partition")
-    leader_epoch = r.int32("current_leader_epoch") if version >= _LEADER_EPOCH_SINCE else -1
-    (fetch_offset,) = r.unpack(I64, "fetch_offset")
-    last_fetched_epoch = r.int32("last_fetched_epoch") if flexible else -1
-    (log_start,) = r.unpack(I64, "log_start_offset") if version >= _LOG_START_SINCE else (-1,)
-    max_bytes = r.int32("partition_max_bytes")
-    if flexible:
-        r.skip_tagged_fields()  # ReplicaDirectoryId (v17+), HighWatermark (v18+)
-    return FetchPartition(
-        index, int(fetch_offset), max_bytes, leader_epoch, last_fetched_epoch, int(log_start)
-    )
 
 
 def _read_request_tags(r: WireReader, request: FetchRequestData) -> None:
