@@ -4,6 +4,7 @@ through ShareFetch and ShareAcknowledge. Every wait is on a condition with a dea
 
 from __future__ import annotations
 
+import datetime
 import logging
 import threading
 import time
@@ -13,25 +14,30 @@ from typing import Any
 
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     NewTopic,
+    ResourcePatternType,
     ResourceType,
 )
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.list_groups.v5.request import ListGroupsRequest
+from kio.schema.share_fetch.v1.request import FetchPartition, FetchTopic, ShareFetchRequest
 from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
 from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
 from kio.schema.types import GroupId, TopicName
-from kio.static.primitive import i32
+from kio.static.primitive import i32, i32Timedelta
 
 from kplane.protocol.errors import ErrorCode
 from kplane.testing.plugin import RunningBroker
 
-from .helpers import wait_until
+from .helpers import PLAIN_USERS_JAAS, wait_until, with_inter_broker_sasl
 from .test_kafka_cli import kplane, ok
 
 
@@ -219,7 +225,9 @@ def test_two_share_consumers_read_every_record_once_between_them(broker: Running
             60,
             "both members assigned",
         )
-        produce_values(broker, topic, values)
+        for chunk in range(0, 2000, 200):  # in steps: a member's fetch may still name the
+            produce_values(broker, topic, values[chunk : chunk + 200])  # partitions of its
+            time.sleep(0.2)  # assignment before the second member joined
         wait_until(lambda: len(seen[0]) + len(seen[1]) >= 2000 or errors, 90, "2000 records")
         time.sleep(1.0)  # nothing more should come
     finally:
@@ -442,3 +450,95 @@ def test_share_groups_cli_lists_describes_resets_and_deletes(broker: RunningBrok
     assert ok(*b, "--list") == ""
     missing = kplane(*b, "--describe", "--group", group)
     assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+# -- ACLs -------------------------------------------------------------------------------
+
+
+def share_fetch(broker: RunningBroker, group: str, member: str, topic_id: Any) -> Any:
+    with broker.wire("PLAINTEXT") as wire:
+        return wire.request(
+            ShareFetchRequest(
+                group_id=GroupId(group),
+                member_id=member,
+                share_session_epoch=i32(0),
+                max_wait=i32Timedelta.parse(datetime.timedelta(0)),
+                min_bytes=i32(1),
+                max_records=i32(100),
+                batch_size=i32(100),
+                topics=(
+                    FetchTopic(
+                        topic_id=topic_id,
+                        partitions=(
+                            FetchPartition(partition_index=i32(0), acknowledgement_batches=()),
+                        ),
+                    ),
+                ),
+                forgotten_topics_data=(),
+            )
+        )
+
+
+def test_read_on_the_group_and_the_topic_as_kafka_checks_them(broker_factory: Any) -> None:
+    broker = broker_factory(
+        with_inter_broker_sasl(
+            {
+                "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                "sasl.enabled.mechanisms": "PLAIN",
+                "sasl.jaas.config": PLAIN_USERS_JAAS,
+                "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                "super.users": "User:admin",
+            }
+        )
+    )
+    admin = AdminClient(
+        {
+            "bootstrap.servers": broker.bootstrap("SASL_PLAINTEXT"),
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "admin",
+            "sasl.password": "admin-secret",
+        }
+    )
+    topic, group, member = "sg-acl", "sg-acl-group", str(uuid.uuid4())
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(30)
+
+    def allow(kind: ResourceType, name: str, operation: AclOperation) -> None:
+        binding = AclBinding(
+            kind, name, ResourcePatternType.LITERAL, "User:ANONYMOUS", "*", operation,
+            AclPermissionType.ALLOW,
+        )  # fmt: skip
+        for future in admin.create_acls([binding]).values():
+            future.result(30)
+
+    def joined() -> Any:
+        with broker.wire("PLAINTEXT") as wire:
+            return wire.request(
+                ShareGroupHeartbeatRequest(
+                    group_id=GroupId(group),
+                    member_id=member,
+                    member_epoch=i32(0),
+                    subscribed_topic_names=(TopicName(topic),),
+                )
+            )
+
+    topic_id = wait_until(lambda: broker.topics().get(topic), what="the topic")
+    assert joined().error_code == ErrorCode.group_authorization_failed
+    assert share_fetch(broker, group, member, topic_id).error_code == (
+        ErrorCode.group_authorization_failed
+    )
+    allow(ResourceType.GROUP, group, AclOperation.READ)
+    wait_until(lambda: joined().error_code == ErrorCode.topic_authorization_failed, 10)
+    allow(ResourceType.TOPIC, topic, AclOperation.DESCRIBE)
+    wait_until(lambda: joined().error_code == ErrorCode.none, 10)
+    refused = share_fetch(broker, group, member, topic_id)
+    assert refused.error_code == ErrorCode.none
+    assert refused.responses[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
+    allow(ResourceType.TOPIC, topic, AclOperation.READ)
+
+    def fetched() -> bool:
+        answer = share_fetch(broker, group, member, topic_id)
+        return answer.responses[0].partitions[0].error_code == ErrorCode.none
+
+    wait_until(fetched, 10, "a fetch allowed by READ on the topic")

@@ -534,6 +534,22 @@ _DECLARED: tuple[ActedOn | ConfigDef, ...] = (
             "share.heartbeat.interval.ms)."),
     ActedOn("group.share.max.size",
             "Most members one share group may hold."),
+    ActedOn("group.share.record.lock.duration.ms",
+            "How long a share group member holds the records it acquired before they go back "
+            "to the group (a group's share.record.lock.duration.ms overrides it)."),
+    ActedOn("group.share.min.record.lock.duration.ms",
+            "Lower bound of group.share.record.lock.duration.ms (and of a group's "
+            "share.record.lock.duration.ms)."),
+    ActedOn("group.share.max.record.lock.duration.ms",
+            "Upper bound of group.share.record.lock.duration.ms (and of a group's "
+            "share.record.lock.duration.ms)."),
+    ActedOn("group.share.delivery.count.limit",
+            "Deliveries of a record to a share group after which a release or an expired "
+            "lock archives it."),
+    ActedOn("group.share.partition.max.record.locks",
+            "Records in flight (past the share-partition start offset) per share partition; "
+            "a fetch acquires no new records beyond it.",
+            kafka_4_default="2000"),
     ActedOn("group.coordinator.rebalance.protocols",
             "Group protocols served (Kafka 4's default): classic always; consumer serves "
             "KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe (not advertised "
