@@ -8,6 +8,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,15 +19,20 @@ from prometheus_client.parser import text_string_to_metric_families
 from kplane.protocol.errors import ErrorCode
 from kplane.testing.plugin import RunningBroker
 from kplane.tools.cli import main
-from tests.integration.helpers import wait_until
+from tests.integration.helpers import command_config, secured_broker_overrides, wait_until
 
 PRODUCER_PREFIX = "org.apache.kafka.producer."
 ZERO = uuid.UUID(int=0)
 
 
-def cli(capsys: pytest.CaptureFixture[str], broker: RunningBroker, *args: str) -> tuple[int, str]:
+def cli(
+    capsys: pytest.CaptureFixture[str],
+    broker: RunningBroker,
+    *args: str,
+    listener: str | None = None,
+) -> tuple[int, str]:
     capsys.readouterr()
-    code = main(["client-metrics", "--bootstrap-server", broker.bootstrap(), *args])
+    code = main(["client-metrics", "--bootstrap-server", broker.bootstrap(listener), *args])
     captured = capsys.readouterr()
     return code, captured.out + captured.err
 
@@ -232,3 +238,61 @@ def test_bad_pushes_get_kafkas_errors(broker_factory) -> None:
         )
         assert push(client, instance, subscription, terminating=True) == ErrorCode.none
         assert push(client, instance, subscription, terminating=True) == ErrorCode.invalid_request
+
+
+def test_subscriptions_need_the_clusters_config_acls_pushes_none(
+    broker_factory, tmp_path: Path, capsys
+) -> None:
+    broker = broker_factory(secured_broker_overrides())
+    alice = ("--command-config", str(command_config(tmp_path / "alice.properties", "alice")))
+    admin = ("--command-config", str(command_config(tmp_path / "admin.properties", "admin")))
+    on = {"listener": "SASL_PLAINTEXT"}
+    code, out = cli(capsys, broker, *alice, "--alter", "--name", "a", "--metrics", "*", **on)
+    assert code == 1 and ErrorCode.cluster_authorization_failed.name in out, out
+    code, out = cli(
+        capsys,
+        broker,
+        *admin,
+        "--alter",
+        "--name",
+        "a",
+        "--metrics",
+        "*",
+        "--interval",
+        "1000",
+        **on,
+    )
+    assert code == 0, out
+    for action in (("--list",), ("--describe", "--name", "a")):
+        code, out = cli(capsys, broker, *alice, *action, **on)
+        assert code == 1 and ErrorCode.cluster_authorization_failed.name in out, out
+    code, out = cli(capsys, broker, *admin, "--describe", **on)
+    assert code == 0 and "  metrics=*" in out, out
+    # A client needs no ACL to ask for its subscription and push.
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap("SASL_PLAINTEXT"),
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "alice",
+            "sasl.password": "alice-secret",
+            "client.id": "alice-app",
+        }
+    )
+    wait_until(
+        lambda: (producer.poll(0.2), requests_of_text(broker, "PushTelemetry") > 0)[1],
+        timeout=30,
+        what="alice's producer to push",
+    )
+    producer.flush(5)
+
+
+def requests_of_text(broker: RunningBroker, api: str) -> float:
+    """Requests of ``api`` counted by the broker (its registry, no HTTP endpoint)."""
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(broker.metrics_text())
+        for s in family.samples
+        if s.name == "kafka_network_requestmetrics_requestspersec_total"
+        and s.labels.get("request") == api
+    )
