@@ -198,9 +198,11 @@ def test_the_load_test_reads_pushed_metrics_back() -> None:
     exporter = ClientMetricsExporter(clock)
     for client, latency in (("kplane-loadtest-0", 2.0), ("kplane-loadtest-1", 4.0)):
         data = metrics_data(
-            gauge("org.apache.kafka.producer.request.latency.avg", number_point(latency, {}))
+            gauge("org.apache.kafka.producer.request.latency.avg", number_point(latency, {})),
+            gauge("kafka.network.requestmetrics.totaltimems", number_point(1.0, {})),
         )
         exporter.record(client + "-id", {"client_id": client}, decode_metrics_data(data), 3.0)
+    assert all(not name.startswith("kafka_") for name in scrape(exporter))  # the broker's names
     registry = CollectorRegistry()
     registry.register(exporter)
     samples = parse_scrape(1.0, generate_latest(registry).decode(), {"broker": "1"})

@@ -6,7 +6,8 @@ family ``org_apache_kafka_producer_node_request_latency_avg``: a gauge, or a non
 sum, is a gauge; a monotonic sum a counter (``_total``); a histogram a histogram. Every sample
 is labelled with the pushing client's ``client_id``, ``client_instance_id``,
 ``client_software_name`` and ``client_software_version`` and with the data point's own
-attributes (dots become underscores; one named like a client label is left out). Delta
+attributes (dots become underscores; one named like a client label is left out). A metric
+whose name would be one of the broker's (``kafka_*``) is left out. Delta
 points (the broker asks for delta temporality, as Kafka does) are added up, cumulative ones
 replace the value. A client's series go when it terminates, or once three of its push
 intervals pass without a push.
@@ -37,6 +38,9 @@ CLIENT_LABELS = (
 )
 MAX_SERIES_PER_CLIENT = 5000
 """Series kept per client instance; a push naming more has the rest left out (logged)."""
+BROKER_PREFIX = "kafka_"
+"""The broker's own metric names (``metric_name``): a pushed metric named so is left out
+(logged), so that no client can add to or corrupt the broker's families."""
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -98,6 +102,9 @@ class ClientMetricsExporter(Collector):
             client.expires = self._clock() + keep_s
             for metric in data.metrics():
                 family = prometheus_name(metric.name)
+                if family.startswith(BROKER_PREFIX):
+                    dropped += len(metric.points) + len(metric.histogram_points)
+                    continue
                 if metric.kind is MetricKind.HISTOGRAM:
                     kind = "histogram"
                 elif metric.kind is MetricKind.SUM and metric.monotonic:
@@ -133,7 +140,9 @@ class ClientMetricsExporter(Collector):
                         )
         if dropped:
             self._dropped.record(
-                client_instance_id=instance_id, series=dropped, limit=MAX_SERIES_PER_CLIENT
+                client_instance_id=instance_id,
+                series=dropped,
+                reason=f"over {MAX_SERIES_PER_CLIENT} series, or named {BROKER_PREFIX}*",
             )
 
     def forget(self, instance_id: str) -> None:
