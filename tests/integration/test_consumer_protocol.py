@@ -337,6 +337,85 @@ def test_a_classic_group_upgrades_to_the_consumer_protocol_keeping_its_offsets(
         new.leave()
 
 
+def test_a_live_classic_group_upgrades_and_downgrades_with_its_members_reading(
+    kip848_broker: RunningBroker, rdkafka_log: LibrdkafkaLog
+) -> None:
+    """KIP-848's online migration (group.consumer.migration.policy, bidirectional as in
+    Kafka 4): a consumer-protocol member joins a classic group whose member is reading;
+    the group becomes a consumer group, the classic member gives up half its partitions
+    through JoinGroup/SyncGroup and both read on. When the consumer-protocol member leaves
+    the group is classic again and its classic member takes every partition. Every record
+    is read once."""
+    broker, topic, group = kip848_broker, "kip848-migrate", "g-migrate"
+    broker.create_topic(topic, PARTITIONS)
+    produce(broker, topic, 10)
+    seen: list[Any] = []
+    classic_config = consumer_config(broker, group, "old")
+    classic_config.update({"group.protocol": "classic", "session.timeout.ms": 6000})
+    classic = Member(classic_config, [topic], seen).start()
+    new = None
+    try:
+        wait_until(lambda: len(seen) >= 60, 60, "the classic member's reads")
+        new = Member(consumer_config(broker, group, "new"), [topic], seen).start()
+        wait_until(lambda: partitions_of([classic, new]) == [3, 3], 60, "a 3/3 split")
+        described = describe(broker, group)
+        assert described.error_code == ErrorCode.none
+        assert sorted(m.member_type for m in described.members) == [0, 1]  # classic, consumer
+        produce(broker, topic, 10, start=10)
+        wait_until(lambda: len(seen) >= 120, 60, "the records after the upgrade")
+        assert {p for _t, p, _o in seen[60:]} == set(range(PARTITIONS))
+        new.leave()
+        wait_until(lambda: partitions_of([classic]) == [PARTITIONS], 60, "all to the classic one")
+        with broker.wire() as wire:
+            (as_classic,) = wire.request(
+                DescribeGroupsRequest(groups=(GroupId(group),), include_authorized_operations=False)
+            ).groups
+        assert as_classic.error_code == ErrorCode.none
+        assert as_classic.protocol_type == "consumer" and len(as_classic.members) == 1
+        produce(broker, topic, 10, start=20)
+        wait_until(lambda: len(seen) >= 180, 60, "the records after the downgrade")
+        assert len(set(seen)) == len(seen) == 180, "a record was read twice"
+    finally:
+        for m in (classic, new):
+            if m is not None:
+                m.stop.set()
+                m.thread.join(30)
+
+
+def test_no_upgrade_of_a_live_classic_group_when_the_policy_disables_it(
+    broker_factory: Callable[..., RunningBroker], rdkafka_log: LibrdkafkaLog
+) -> None:
+    broker = broker_factory({**CONSUMER_PROTOCOL, "group.consumer.migration.policy": "downgrade"})
+    topic, group = "kip848-no-upgrade", "g-no-upgrade"
+    broker.create_topic(topic, PARTITIONS)
+    produce(broker, topic, 10)
+    seen: list[Any] = []
+    config = consumer_config(broker, group, "old")
+    config.update({"group.protocol": "classic", "session.timeout.ms": 6000})
+    classic = Member(config, [topic], seen).start()
+    try:
+        wait_until(lambda: len(seen) >= 60, 60, "the classic member's reads")
+        with broker.wire() as wire:
+            joined = wire.request(
+                api.make(
+                    api.request_class(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0),
+                    group_id=group,
+                    member_id="m-new",
+                    member_epoch=0,
+                    rebalance_timeout=datetime.timedelta(seconds=30),
+                    subscribed_topic_names=(topic,),
+                    topic_partitions=(),
+                )
+            )
+            (as_classic,) = wire.request(
+                DescribeGroupsRequest(groups=(GroupId(group),), include_authorized_operations=False)
+            ).groups
+        assert joined.error_code == ErrorCode.group_id_not_found
+        assert as_classic.group_state == "Stable" and len(as_classic.members) == 1
+    finally:
+        classic.leave()
+
+
 def test_group_state_survives_a_broker_restart(
     broker_factory: Callable[..., RunningBroker], tmp_path: Any, rdkafka_log: LibrdkafkaLog
 ) -> None:

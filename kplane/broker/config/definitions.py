@@ -553,8 +553,15 @@ _DECLARED: tuple[ActedOn | ConfigDef, ...] = (
     ActedOn("group.coordinator.rebalance.protocols",
             "Group protocols served (Kafka 4's default): classic always; consumer serves "
             "KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe (not advertised "
-            "without it); share is not served yet (said at start-up).",
+            "without it); share groups are served with group.share.enable, not through "
+            "this list, as in Kafka 4.1.",
             kafka_4_default="classic,consumer"),
+    ActedOn("group.consumer.migration.policy",
+            "Online conversion of a group with members between the classic and the consumer "
+            "protocol (KIP-848): upgrade when a consumer-protocol member joins a classic "
+            "group, downgrade when the last one leaves a consumer group of classic members; "
+            "an empty group converts whatever the policy.",
+            kafka_4_default="bidirectional"),
     # Transactions and idempotence
     ActedOn("transactional.id.expiration.ms",
             "A transactional id without transaction updates for this long expires."),

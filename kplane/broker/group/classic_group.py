@@ -8,7 +8,6 @@ with ``take_join_callback`` / ``take_sync_callback`` and runs them after releasi
 from __future__ import annotations
 
 import enum
-import struct
 import threading
 import uuid
 from collections import Counter
@@ -18,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from kplane.broker.group.embedded_protocol import MalformedProtocol, decode_subscription
 from kplane.broker.group.group import (
     Group,
     GroupOverview,
@@ -178,18 +178,8 @@ class GroupDescription:
 def parse_subscribed_topics(metadata: bytes) -> set[str] | None:
     """Topics of a ConsumerProtocolSubscription (any version), or None if it does not parse."""
     try:
-        (_version, count) = struct.unpack_from(">hi", metadata, 0)
-        pos = 6
-        topics = set()
-        for _ in range(count):
-            (length,) = struct.unpack_from(">h", metadata, pos)
-            pos += 2
-            if length < 0 or pos + length > len(metadata):
-                return None
-            topics.add(metadata[pos : pos + length].decode("utf-8"))
-            pos += length
-        return topics
-    except (struct.error, UnicodeDecodeError):
+        return set(decode_subscription(metadata).topics)
+    except MalformedProtocol:
         return None
 
 
@@ -405,15 +395,16 @@ class ClassicGroup(Group):
         self.generation_id += 1
         if self.members:
             self.protocol_name = self.select_protocol()
-            self.subscribed_topics = self._compute_subscribed_topics()
+            self.subscribed_topics = self.compute_subscribed_topics()
             self.transition_to(ClassicGroupState.COMPLETING_REBALANCE)
         else:
             self.protocol_name = None
-            self.subscribed_topics = self._compute_subscribed_topics()
+            self.subscribed_topics = self.compute_subscribed_topics()
             self.transition_to(ClassicGroupState.EMPTY)
         self.pending_sync_members.clear()
 
-    def _compute_subscribed_topics(self) -> set[str] | None:
+    def compute_subscribed_topics(self) -> set[str] | None:
+        """The topics the members' subscriptions name (None: some cannot be read)."""
         if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol_name is None:
             return None if self.members else set()
         topics: set[str] = set()

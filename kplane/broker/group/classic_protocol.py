@@ -173,6 +173,29 @@ class ClassicGroupProtocol:
             if group.sync_task is not None:
                 group.sync_task.cancel()
 
+    def release(self, group: ClassicGroup) -> None:
+        """``group`` becomes a consumer group (an online upgrade): members parked in
+        JoinGroup or SyncGroup are answered REBALANCE_IN_PROGRESS, so that they rejoin it
+        (Kafka's completeAllJoinFutures/completeAllSyncFutures), and its timers stop. The
+        caller holds the group's lock, inside ``groups.deferring()``."""
+        for member in group.all_members():
+            join = group.take_join_callback(member)
+            self.groups.defer(
+                join, JoinGroupResult(member.member_id, ErrorCode.rebalance_in_progress)
+            )
+            sync = group.take_sync_callback(member)
+            self.groups.defer(sync, SyncGroupResult(ErrorCode.rebalance_in_progress))
+        self.shutdown(group)
+
+    def adopt(self, group: ClassicGroup, reason: str) -> None:
+        """``group`` was a consumer group (an online downgrade) and is Stable at its last
+        group epoch: its members' sessions start and a rebalance begins, so that they
+        rejoin and their leader assigns (Kafka's convertToClassicGroup)."""
+        with group.lock:
+            for member in group.all_members():
+                self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
+            self._prepare_rebalance(group, reason)
+
     def on_offset_commit(self, group: ClassicGroup, member_id: str) -> None:
         """A member's commit counts as a heartbeat while the group is Stable or rebalancing."""
         if group.state in (ClassicGroupState.STABLE, ClassicGroupState.PREPARING_REBALANCE):

@@ -9,6 +9,7 @@ assigned or still has to revoke it. Plain data; the caller holds ``lock``.
 
 from __future__ import annotations
 
+import base64
 import enum
 import threading
 import uuid
@@ -64,8 +65,32 @@ def assignment_of(
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member that speaks the classic protocol in a consumer group gave in its
+    JoinGroup (KIP-848's online migration): its session timeout and its protocols (name,
+    embedded ConsumerProtocolSubscription), in its order of preference."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session_timeout_ms": self.session_timeout_ms,
+            "protocols": [[name, base64.b64encode(data).decode()] for name, data in self.protocols],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ClassicMemberMetadata:
+        return cls(
+            int(doc["session_timeout_ms"]),
+            tuple((str(name), base64.b64decode(data)) for name, data in doc["protocols"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerGroupMember:
-    """One member; replaced whole on every change (Kafka's immutable member)."""
+    """One member; replaced whole on every change (Kafka's immutable member). ``classic``
+    is set for a member that speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat)."""
 
     member_id: str
     member_epoch: int = 0
@@ -81,9 +106,11 @@ class ConsumerGroupMember:
     server_assignor: str | None = None
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    classic: ClassicMemberMetadata | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "classic": self.classic.to_json() if self.classic is not None else None,
             "member_id": self.member_id,
             "member_epoch": self.member_epoch,
             "previous_member_epoch": self.previous_member_epoch,
@@ -117,6 +144,9 @@ class ConsumerGroupMember:
             server_assignor=doc.get("server_assignor"),
             assigned=assignment_from_json(doc.get("assigned", {})),
             pending_revocation=assignment_from_json(doc.get("pending_revocation", {})),
+            classic=(
+                ClassicMemberMetadata.from_json(doc["classic"]) if doc.get("classic") else None
+            ),
         )
 
 
@@ -258,12 +288,24 @@ class ConsumerGroup(Group):
         self.dead = True
 
     def _validate_member_epoch(self, member_id: str, member_epoch: int) -> ErrorCode | None:
+        """A classic member names its generation (ILLEGAL_GENERATION when it is not the
+        member's epoch), a consumer-protocol member its epoch (STALE_MEMBER_EPOCH)."""
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
         if member_epoch != member.member_epoch:
+            if member.classic is not None:
+                return ErrorCode.illegal_generation
             return ErrorCode.stale_member_epoch
         return None
+
+    def waiting_on_unreleased_partition(self, member: ConsumerGroupMember) -> bool:
+        """Whether a partition of the member's target is still held by another member."""
+        for topic_id, parts in self.target.get(member.member_id, {}).items():
+            mine = member.assigned.get(topic_id, frozenset())
+            if any(self.current_partition_epoch(topic_id, p) != -1 for p in parts - mine):
+                return True
+        return False
 
     def validate_offset_commit(
         self,
@@ -279,7 +321,14 @@ class ConsumerGroup(Group):
             return ErrorCode.coordinator_not_available
         if generation_or_member_epoch < 0 and not self.members:
             return None
-        if member_id in self.members and api_version is not None and api_version < 9:
+        member = self.members.get(member_id)
+        if (
+            member is not None
+            and member.classic is None
+            and not transactional
+            and api_version is not None
+            and api_version < 9
+        ):
             return ErrorCode.unsupported_version  # members name their epoch from v9 on
         return self._validate_member_epoch(member_id, generation_or_member_epoch)
 

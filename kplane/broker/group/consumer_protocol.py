@@ -24,6 +24,7 @@ import structlog
 
 from kplane.broker.group.assignor import MemberSubscription, PartitionAssignor, TopicMetadata
 from kplane.broker.group.classic_group import ClassicGroup
+from kplane.broker.group.classic_protocol import ClassicGroupProtocol
 from kplane.broker.group.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -38,8 +39,14 @@ from kplane.broker.group.consumer_group_store import (
     encode_group,
 )
 from kplane.broker.group.current_assignment import reconcile
+from kplane.broker.group.embedded_protocol import MalformedProtocol
 from kplane.broker.group.group_config import GroupConfig
 from kplane.broker.group.group_registry import GroupRegistry
+from kplane.broker.group.migration import (
+    classic_group_from_consumer,
+    consumer_group_from_classic,
+    uses_consumer_protocol,
+)
 from kplane.broker.group.range_assignor import RangeAssignor
 from kplane.broker.group.topic_regex import InvalidRegex, compile_topic_regex
 from kplane.broker.group.uniform_assignor import UniformAssignor
@@ -113,6 +120,7 @@ class ConsumerGroupProtocol:
         heartbeat_interval_ms: Callable[[str], int],
         store: ConsumerGroupStore | None,
         owns: Callable[[str], bool] = lambda _group_id: True,
+        classic: ClassicGroupProtocol | None = None,
     ) -> None:
         self.config = config
         self._timer = timer
@@ -124,6 +132,7 @@ class ConsumerGroupProtocol:
         self._heartbeat_interval_ms = heartbeat_interval_ms
         self._store = store
         self._owns = owns
+        self._classic = classic
         self._assignors = {name: ASSIGNORS[name]() for name in config.consumer_assignors}
 
     # -- the request ------------------------------------------------------------------
@@ -131,13 +140,14 @@ class ConsumerGroupProtocol:
     def heartbeat(self, req: ConsumerGroupHeartbeat) -> HeartbeatResult:
         """ConsumerGroupHeartbeat: join (epoch 0), heartbeat, or leave (-1; -2 for a
         static member that will come back)."""
-        try:
-            self._validate(req)
-            if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
-                return self._leave(req)
-            return self._join_or_heartbeat(req)
-        except KafkaError as exc:
-            return HeartbeatResult(exc.code, exc.message)
+        with self.groups.deferring():  # an upgrade answers the classic members' requests
+            try:
+                self._validate(req)
+                if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                    return self._leave(req)
+                return self._join_or_heartbeat(req)
+            except KafkaError as exc:
+                return HeartbeatResult(exc.code, exc.message)
 
     def _validate(self, req: ConsumerGroupHeartbeat) -> None:
         def invalid(message: str) -> KafkaError:
@@ -185,9 +195,10 @@ class ConsumerGroupProtocol:
 
     # -- groups -----------------------------------------------------------------------
 
-    def _group(self, group_id: str, create: bool) -> ConsumerGroup:
-        """The consumer group ``group_id``; created when ``create`` (an empty classic group
-        becomes one, keeping its offsets); else GROUP_ID_NOT_FOUND."""
+    def group(self, group_id: str, create: bool) -> ConsumerGroup:
+        """The consumer group ``group_id``; created when ``create`` (a classic group
+        becomes one, keeping its offsets: an empty one always, one with members as
+        group.consumer.migration.policy allows); else GROUP_ID_NOT_FOUND."""
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup) and not group.is_dead:
             return group
@@ -208,9 +219,13 @@ class ConsumerGroupProtocol:
                         group.mark_dead()
                         log.info("converted empty classic group to consumer group", group=group_id)
                         return converted
+                elif not group.is_dead and self._may_upgrade(group):
+                    upgraded = self._upgrade(group)
+                    if upgraded is not None:
+                        return upgraded
         if group is None or group.is_dead:
-            raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
-        raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
+            raise KafkaError(ErrorCode.group_id_not_found, f"Consumer group {group_id} not found.")
+        raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group")
 
     def _member(
         self, group: ConsumerGroup, req: ConsumerGroupHeartbeat
@@ -234,7 +249,7 @@ class ConsumerGroupProtocol:
                 # place, epoch and assignment, without a rebalance.
                 target = group.target.get(static.member_id, {})
                 group.remove_member(static.member_id)
-                self._cancel_timers(group, static.member_id)
+                self.cancel_timers(group, static.member_id)
                 group.target[req.member_id] = target
                 log.info(
                     "static member rejoined",
@@ -286,7 +301,7 @@ class ConsumerGroupProtocol:
 
     # -- join and heartbeat -------------------------------------------------------------
 
-    def _snapshot(self) -> MetadataSnapshot:
+    def snapshot(self) -> MetadataSnapshot:
         """The metadata, once caught up with the stored topics; else
         COORDINATOR_LOAD_IN_PROGRESS (the member retries)."""
         snapshot = self._topics()
@@ -301,20 +316,12 @@ class ConsumerGroupProtocol:
         return snapshot
 
     def _join_or_heartbeat(self, req: ConsumerGroupHeartbeat) -> HeartbeatResult:
-        snapshot = self._snapshot()
-        group = self._group(req.group_id, create=req.member_epoch == 0)
+        snapshot = self.snapshot()
+        group = self.group(req.group_id, create=req.member_epoch == 0)
         with group.lock:
             if group.is_dead:
                 raise KafkaError(ErrorCode.coordinator_not_available)
-            if req.member_id not in group.members and (
-                len(group.members) >= self.config.consumer_max_size
-                and (req.instance_id is None or group.static_member(req.instance_id) is None)
-            ):
-                raise KafkaError(
-                    ErrorCode.group_max_size_reached,
-                    f"The consumer group has reached its maximum capacity of "
-                    f"{self.config.consumer_max_size} members.",
-                )
+            self.check_size(group, req.member_id, req.instance_id)
             member, joined = self._member(group, req)
             updated = dataclasses.replace(
                 member,
@@ -343,33 +350,8 @@ class ConsumerGroupProtocol:
                 client_id=req.client_id,
                 client_host=req.client_host,
             )
-            bump = joined or _subscription(updated) != _subscription(member)
-            group.update_member(updated)
-            fingerprint = _fingerprint(group, snapshot)
-            if fingerprint != group.subscription_fingerprint:
-                group.subscription_fingerprint = fingerprint
-                bump = True
-            if bump:
-                group.group_epoch += 1
-                log.info(
-                    "consumer group epoch bumped",
-                    group=group.group_id,
-                    group_epoch=group.group_epoch,
-                    member=updated.member_id,
-                    joined=joined,
-                )
-            if group.group_epoch > group.assignment_epoch:
-                self._compute_target(group, snapshot)
-            reconciled = reconcile(
-                updated,
-                group.assignment_epoch,
-                group.target.get(updated.member_id, {}),
-                group.current_partition_epoch,
-                req.owned,
-            )
-            group.update_member(reconciled)
-            self._schedule_timers(group, updated, reconciled)
-            self._persist(group)
+            reconciled = self.update(group, member, updated, joined, req.owned, snapshot)
+            self.persist(group)
             full = (
                 req.rebalance_timeout_ms != -1
                 and (
@@ -385,6 +367,65 @@ class ConsumerGroupProtocol:
                 assignment=(
                     reconciled.assigned if req.member_epoch == 0 or full or changed else None
                 ),
+            )
+
+    def topic_names(self) -> dict[uuid.UUID, str]:
+        """The topics' names by id, as the metadata has them now."""
+        return {info.topic_id: name for name, info in self._topics().topics.items()}
+
+    def update(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        updated: ConsumerGroupMember,
+        joined: bool,
+        owned: Assignment | None,
+        snapshot: MetadataSnapshot,
+    ) -> ConsumerGroupMember:
+        """A member's request changed it from ``member`` to ``updated`` (Kafka's steps of a
+        heartbeat, for both protocols' members): the group epoch is bumped when it joined or
+        its subscription changed, or the subscribed topics did; a new target assignment is
+        computed when the group epoch passed the assignment epoch; the member moves one step
+        towards its target (``owned``: what it reported owning). Returns the member after
+        that step; its timers are rescheduled. The caller holds the lock and persists."""
+        bump = joined or _subscription(updated) != _subscription(member)
+        group.update_member(updated)
+        fingerprint = _fingerprint(group, snapshot)
+        if fingerprint != group.subscription_fingerprint:
+            group.subscription_fingerprint = fingerprint
+            bump = True
+        if bump:
+            group.group_epoch += 1
+            log.info(
+                "consumer group epoch bumped",
+                group=group.group_id,
+                group_epoch=group.group_epoch,
+                member=updated.member_id,
+                joined=joined,
+            )
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target(group, snapshot)
+        reconciled = reconcile(
+            updated,
+            group.assignment_epoch,
+            group.target.get(updated.member_id, {}),
+            group.current_partition_epoch,
+            owned,
+        )
+        group.update_member(reconciled)
+        self._schedule_timers(group, updated, reconciled)
+        return reconciled
+
+    def check_size(self, group: ConsumerGroup, member_id: str, instance_id: str | None) -> None:
+        """GROUP_MAX_SIZE_REACHED when a new member would pass group.consumer.max.size."""
+        if member_id not in group.members and (
+            len(group.members) >= self.config.consumer_max_size
+            and (instance_id is None or group.static_member(instance_id) is None)
+        ):
+            raise KafkaError(
+                ErrorCode.group_max_size_reached,
+                f"The consumer group has reached its maximum capacity of "
+                f"{self.config.consumer_max_size} members.",
             )
 
     def _compute_target(self, group: ConsumerGroup, snapshot: MetadataSnapshot) -> None:
@@ -425,7 +466,7 @@ class ConsumerGroupProtocol:
     # -- leave and fencing --------------------------------------------------------------
 
     def _leave(self, req: ConsumerGroupHeartbeat) -> HeartbeatResult:
-        group = self._group(req.group_id, create=False)
+        group = self.group(req.group_id, create=False)
         with group.lock:
             if req.instance_id is None:
                 member = group.members.get(req.member_id)
@@ -443,7 +484,7 @@ class ConsumerGroupProtocol:
                         dataclasses.replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
                     )
                     self._cancel_timer(group, _REVOCATION, member.member_id)
-                    self._persist(group)
+                    self.persist(group)
                     log.info(
                         "static member left temporarily",
                         group=group.group_id,
@@ -453,24 +494,122 @@ class ConsumerGroupProtocol:
                     return HeartbeatResult(
                         member_id=member.member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH
                     )
-            self._fence(group, member.member_id, "the member left the group")
+            self.fence(group, member.member_id, "the member left the group")
             return HeartbeatResult(
                 member_id=member.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH
             )
 
-    def _fence(self, group: ConsumerGroup, member_id: str, reason: str) -> None:
-        """Remove a member and bump the group epoch; its partitions are free at once."""
+    def fence(self, group: ConsumerGroup, member_id: str, reason: str) -> None:
+        """Remove a member and bump the group epoch; its partitions are free at once. When
+        the member was the last to speak the consumer protocol and the policy allows, the
+        group becomes a classic group of the others instead (an online downgrade)."""
+        leaving = group.members.get(member_id)
+        if leaving is not None and self._may_downgrade(group, leaving):
+            self._downgrade(group, member_id, reason)
+            return
         group.remove_member(member_id)
-        self._cancel_timers(group, member_id)
+        self.cancel_timers(group, member_id)
         group.group_epoch += 1
         group.subscription_fingerprint = _fingerprint(group, self._topics())
-        self._persist(group)
+        self.persist(group)
         log.info(
             "member removed from consumer group",
             group=group.group_id,
             member=member_id,
             group_epoch=group.group_epoch,
             reason=reason,
+        )
+
+    # -- online migration (KIP-848) -----------------------------------------------------
+
+    def _may_upgrade(self, group: ClassicGroup) -> bool:
+        """Whether a classic group with members may become a consumer group now (the
+        caller holds its lock): the policy allows it, its members embed the consumer
+        protocol, and they fit group.consumer.max.size."""
+        why = None
+        if self._classic is None or not self.config.upgrade_enabled:
+            why = "the online upgrade is disabled (group.consumer.migration.policy)"
+        elif not uses_consumer_protocol(group):
+            why = "the group does not use the consumer embedded protocol"
+        elif group.size > self.config.consumer_max_size:
+            why = "the group has more members than group.consumer.max.size"
+        if why is not None:
+            log.info("classic group not upgraded", group=group.group_id, reason=why)
+        return why is None
+
+    def _upgrade(self, group: ClassicGroup) -> ConsumerGroup | None:
+        """A classic group with members becomes a consumer group (the caller holds its
+        lock, inside ``groups.deferring()``): its members stay, at their generation, and
+        are asked to rejoin by the heartbeats that follow. None when it did not happen."""
+        assert self._classic is not None
+        try:
+            converted = consumer_group_from_classic(group, self._topics())
+        except MalformedProtocol as exc:
+            raise KafkaError(
+                ErrorCode.group_id_not_found,
+                f"Cannot upgrade the classic group {group.group_id} to consumer group because "
+                "the embedded consumer protocol is malformed.",
+            ) from exc
+        if not self.groups.replace(group, converted):
+            return None
+        self._classic.release(group)
+        group.mark_dead()
+        with converted.lock:
+            converted.subscription_fingerprint = _fingerprint(converted, self._topics())
+            for member in converted.members.values():
+                self.schedule_session(converted, member)
+            self.persist(converted)
+        log.info(
+            "upgraded classic group to consumer group",
+            group=group.group_id,
+            group_epoch=converted.group_epoch,
+            members=len(converted.members),
+        )
+        return converted
+
+    def _may_downgrade(self, group: ConsumerGroup, leaving: ConsumerGroupMember) -> bool:
+        """Whether the group becomes a classic group when ``leaving`` goes: it is the last
+        member speaking the consumer protocol, others stay, the policy allows it and they
+        fit group.max.size (Kafka's validateOnlineDowngradeWithFencedMember)."""
+        others = [m for m in group.members.values() if m.member_id != leaving.member_id]
+        if leaving.classic is not None or not others or self._classic is None:
+            return False
+        if any(m.classic is None for m in others):
+            return False
+        if not self.config.downgrade_enabled:
+            log.info(
+                "consumer group not downgraded",
+                group=group.group_id,
+                reason="the online downgrade is disabled (group.consumer.migration.policy)",
+            )
+            return False
+        if len(others) > self.config.max_size:
+            log.info(
+                "consumer group not downgraded",
+                group=group.group_id,
+                reason="the group has more members than group.max.size",
+            )
+            return False
+        return True
+
+    def _downgrade(self, group: ConsumerGroup, leaving_id: str, reason: str) -> None:
+        """The group's last consumer-protocol member goes and the group becomes a classic
+        group of the others, which rebalances (the caller holds the lock)."""
+        assert self._classic is not None
+        converted = classic_group_from_consumer(group, leaving_id, self._topics())
+        if not self.groups.replace(group, converted):  # its timers stop, its state goes
+            return
+        group.mark_dead()
+        log.info(
+            "downgraded consumer group to classic group",
+            group=group.group_id,
+            member=leaving_id,
+            generation=converted.generation_id,
+            members=converted.size,
+            reason=reason,
+        )
+        self._classic.adopt(
+            converted, f"Downgrade group {group.group_id} from consumer to classic."
         )
 
     # -- the store ----------------------------------------------------------------------
@@ -511,7 +650,7 @@ class ConsumerGroupProtocol:
             log.warning("stored consumer groups not listed", reason=str(exc))
             return []
 
-    def _persist(self, group: ConsumerGroup) -> None:
+    def persist(self, group: ConsumerGroup) -> None:
         """Store the group's state if it changed (the caller holds its lock).
         NOT_COORDINATOR when another coordinator wrote it since (this copy is dropped);
         COORDINATOR_NOT_AVAILABLE when the store fails."""
@@ -547,13 +686,7 @@ class ConsumerGroupProtocol:
     def _schedule_timers(
         self, group: ConsumerGroup, before: ConsumerGroupMember, after: ConsumerGroupMember
     ) -> None:
-        self._schedule(
-            group,
-            _SESSION,
-            after.member_id,
-            self._session_timeout_ms(group.group_id),
-            "the member's session expired",
-        )
+        self.schedule_session(group, after)
         if after.state is not MemberState.UNREVOKED_PARTITIONS:
             self._cancel_timer(group, _REVOCATION, after.member_id)
         elif before.state is not MemberState.UNREVOKED_PARTITIONS or (
@@ -566,6 +699,21 @@ class ConsumerGroupProtocol:
                 max(after.rebalance_timeout_ms, 0),
                 "the member did not revoke its partitions within its rebalance timeout",
             )
+
+    def schedule_session(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+        """(Re)start the member's session: a classic member's own session timeout, the
+        group's consumer.session.timeout.ms for the others."""
+        self._schedule(
+            group,
+            _SESSION,
+            member.member_id,
+            (
+                member.classic.session_timeout_ms
+                if member.classic is not None
+                else self._session_timeout_ms(group.group_id)
+            ),
+            "the member's session expired",
+        )
 
     def _schedule(
         self, group: ConsumerGroup, kind: str, member_id: str, delay_ms: int, reason: str
@@ -580,7 +728,7 @@ class ConsumerGroupProtocol:
                 del group.timers[key]
                 if member_id in group.members and not group.is_dead and self._owns(group.group_id):
                     try:
-                        self._fence(group, member_id, reason)
+                        self.fence(group, member_id, reason)
                     except KafkaError as exc:
                         log.warning("member not fenced", group=group.group_id, reason=exc.message)
 
@@ -593,7 +741,7 @@ class ConsumerGroupProtocol:
         if task is not None:
             task.cancel()
 
-    def _cancel_timers(self, group: ConsumerGroup, member_id: str) -> None:
+    def cancel_timers(self, group: ConsumerGroup, member_id: str) -> None:
         for kind in (_SESSION, _REVOCATION):
             self._cancel_timer(group, kind, member_id)
 

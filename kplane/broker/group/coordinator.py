@@ -20,8 +20,15 @@ from kplane.broker.group.classic_group import (
     ClassicGroup,
     ClassicGroupState,
     GroupDescription,
+    JoinGroupResult,
+    SyncGroupResult,
 )
-from kplane.broker.group.classic_protocol import ClassicGroupProtocol
+from kplane.broker.group.classic_members import ClassicMembers
+from kplane.broker.group.classic_protocol import (
+    ClassicGroupProtocol,
+    LeaveGroupResult,
+    MemberIdentity,
+)
 from kplane.broker.group.consumer_group import ConsumerGroup, ConsumerGroupDescription
 from kplane.broker.group.consumer_group_store import ConsumerGroupStore
 from kplane.broker.group.consumer_protocol import ConsumerGroupProtocol
@@ -99,7 +106,9 @@ class GroupCoordinator:
             ),
             store=group_store,
             owns=owns,
+            classic=self.classic,
         )
+        self.classic_members = ClassicMembers(self.consumer)
         self.groups.loader = self.consumer.read_stored
         self.groups.on_loaded = self._on_loaded
         self.groups.on_replaced = self._on_replaced
@@ -218,6 +227,140 @@ class GroupCoordinator:
                 self.consumer.shutdown(group)
             elif isinstance(group, ShareGroup):
                 self.share.shutdown(group)
+
+    # -- the classic protocol's membership, of both group types ---------------------------
+
+    def _consumer_group(self, group_id: str, with_members: bool) -> ConsumerGroup | None:
+        """The consumer group ``group_id`` (with members, when ``with_members``), or None:
+        the classic protocol's requests go to its classic members (KIP-848's migration)."""
+        try:
+            group = self.groups.get(group_id) if group_id else None
+        except KafkaError:
+            return None  # the classic protocol answers (the group is unknown to it)
+        if not isinstance(group, ConsumerGroup) or group.is_dead:
+            return None
+        return group if group.members or not with_members else None
+
+    def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        protocol_type: str,
+        protocols: Sequence[tuple[str, bytes]],
+        callback: Callable[[JoinGroupResult], None],
+        *,
+        require_known_member_id: bool = True,
+        supports_skip_assignment: bool = False,
+        reason: str | None = None,
+    ) -> None:
+        """JoinGroup: a member of a consumer group with members joins it as a classic
+        member; otherwise the classic protocol (which turns an empty group of another
+        type into a classic group)."""
+        group = self._consumer_group(group_id, with_members=True)
+        if group is None or not (
+            self.config.min_session_timeout_ms
+            <= session_timeout_ms
+            <= self.config.max_session_timeout_ms
+        ):
+            self.classic.join_group(
+                group_id,
+                member_id,
+                group_instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout_ms,
+                session_timeout_ms,
+                protocol_type,
+                protocols,
+                callback,
+                require_known_member_id=require_known_member_id,
+                supports_skip_assignment=supports_skip_assignment,
+                reason=reason,
+            )
+            return
+        with self.groups.deferring():
+            result = self.classic_members.join(
+                group,
+                member_id,
+                group_instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout_ms,
+                session_timeout_ms,
+                protocol_type,
+                protocols,
+                require_known_member_id=require_known_member_id,
+            )
+            self.groups.defer(callback, result)
+
+    def sync_group(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: Mapping[str, bytes],
+        callback: Callable[[SyncGroupResult], None],
+    ) -> None:
+        """SyncGroup, of a classic group's member or a consumer group's classic member."""
+        group = self._consumer_group(group_id, with_members=False)
+        if group is None:
+            self.classic.sync_group(
+                group_id,
+                generation_id,
+                member_id,
+                group_instance_id,
+                protocol_type,
+                protocol_name,
+                assignments,
+                callback,
+            )
+            return
+        with self.groups.deferring():
+            result = self.classic_members.sync(
+                group, generation_id, member_id, group_instance_id, protocol_type, protocol_name
+            )
+            self.groups.defer(callback, result)
+
+    def heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        callback: Callable[[ErrorCode], None],
+    ) -> None:
+        """Heartbeat, of a classic group's member or a consumer group's classic member."""
+        group = self._consumer_group(group_id, with_members=False)
+        if group is None:
+            self.classic.heartbeat(group_id, member_id, group_instance_id, generation_id, callback)
+            return
+        with self.groups.deferring():
+            error = self.classic_members.heartbeat(
+                group, member_id, group_instance_id, generation_id
+            )
+            self.groups.defer(callback, error)
+
+    def leave_group(
+        self,
+        group_id: str,
+        members: Sequence[MemberIdentity],
+        callback: Callable[[LeaveGroupResult], None],
+    ) -> None:
+        """LeaveGroup, of a classic group's members or a consumer group's classic ones."""
+        group = self._consumer_group(group_id, with_members=False)
+        if group is None:
+            self.classic.leave_group(group_id, members, callback)
+            return
+        with self.groups.deferring():
+            self.groups.defer(callback, self.classic_members.leave(group, members))
 
     # -- offsets --------------------------------------------------------------------------
 

@@ -31,6 +31,19 @@ class GroupConfig:
     """Server-side assignors by name; the first is the default."""
     consumer_protocol: bool = True
     """Whether the consumer protocol is served (group.coordinator.rebalance.protocols)."""
+    consumer_migration_policy: str = "bidirectional"
+    """Which online conversions of a group with members are allowed
+    (group.consumer.migration.policy: disabled, upgrade, downgrade, bidirectional)."""
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        """A classic group with members may become a consumer group."""
+        return self.consumer_migration_policy in ("upgrade", "bidirectional")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        """A consumer group left with classic members only may become a classic group."""
+        return self.consumer_migration_policy in ("downgrade", "bidirectional")
 
 
 _ASSIGNOR_CLASSES = {"UniformAssignor": "uniform", "RangeAssignor": "range"}
@@ -89,4 +102,5 @@ def group_config_from(config: KafkaConfig) -> GroupConfig:
         consumer_max_size=config.get_int("group.consumer.max.size"),
         consumer_assignors=assignors,
         consumer_protocol="consumer" in protocols,
+        consumer_migration_policy=str(config.get("group.consumer.migration.policy")).lower(),
     )

@@ -21,6 +21,7 @@ from kplane.protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)
 
+_MEMBER_TYPE_CLASSIC = 0
 _MEMBER_TYPE_CONSUMER = 1
 _BAD_INPUT = (
     ErrorCode.invalid_request,
@@ -208,7 +209,11 @@ class ConsumerGroupApis:
                             subscribed_topic_regex=m.subscribed_topic_regex,
                             assignment=assignment(m.assigned),
                             target_assignment=assignment(target),
-                            member_type=_MEMBER_TYPE_CONSUMER,
+                            member_type=(
+                                _MEMBER_TYPE_CLASSIC
+                                if m.classic is not None
+                                else _MEMBER_TYPE_CONSUMER
+                            ),
                         )
                         for m, target in d.members
                     ),

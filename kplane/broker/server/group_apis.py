@@ -150,7 +150,7 @@ class GroupApis:
                 )
             )
 
-        self.coordinator.classic.join_group(
+        self.coordinator.join_group(
             group_id=req.group_id,
             member_id=req.member_id,
             group_instance_id=getattr(req, "group_instance_id", None),
@@ -185,7 +185,7 @@ class GroupApis:
             # v5+ must name the protocol type and name (Kafka's mandatory check).
             done(SyncGroupResult(ErrorCode.inconsistent_group_protocol))
             return
-        self.coordinator.classic.sync_group(
+        self.coordinator.sync_group(
             group_id=req.group_id,
             generation_id=req.generation_id,
             member_id=req.member_id,
@@ -198,7 +198,7 @@ class GroupApis:
 
     def heartbeat(self, ctx: RequestContext) -> None:
         req = ctx.body
-        self.coordinator.classic.heartbeat(
+        self.coordinator.heartbeat(
             group_id=req.group_id,
             member_id=req.member_id,
             group_instance_id=getattr(req, "group_instance_id", None),
@@ -233,7 +233,7 @@ class GroupApis:
                 )
             ctx.respond(ctx.make_response(error_code=error, members=members))
 
-        self.coordinator.classic.leave_group(req.group_id, leaving, done)
+        self.coordinator.leave_group(req.group_id, leaving, done)
 
     # -- offsets --------------------------------------------------------------------------
 
