@@ -30,6 +30,7 @@ from kplane.protocol import api
 from kplane.protocol.errors import ErrorCode, KafkaError
 from kplane.testing.plugin import RunningBroker
 from tests.integration.helpers import PLAIN_USERS_JAAS, command_config, secured_broker_overrides
+from tests.integration.test_log_dirs import platformatic  # noqa: F401 (the npm fixture)
 from tests.repo import REPO_ROOT
 
 DEADLINE_S = 60.0
@@ -411,3 +412,57 @@ def test_quota_apis_need_cluster_configs_acls(
     assert ok("configs", *b, *admin, "--client", "app", "--describe") == (
         "Quota configs for client-id 'app' are producer_byte_rate=1024.0\n"
     )
+
+
+QUOTAS_JS = """
+// Node.js 20 lacks Promise.withResolvers (22 has it), which the client uses.
+Promise.withResolvers ??= () => {
+  const out = {}
+  out.promise = new Promise((resolve, reject) => Object.assign(out, { resolve, reject }))
+  return out
+}
+const { Admin } = await import('@platformatic/kafka')
+const [bootstrap] = process.argv.slice(2)
+const { inspect } = await import('node:util')
+const admin = new Admin({ clientId: 'quotas-test', bootstrapBrokers: [bootstrap] })
+const altered = await admin.alterClientQuotas({
+  entries: [{ entities: [{ entityType: 'client-id', entityName: 'node-app' }],
+              ops: [{ key: 'producer_byte_rate', value: 2048, remove: false }] }],
+})
+let refused = null
+try {
+  await admin.alterClientQuotas({
+    entries: [{ entities: [{ entityType: 'user', entityName: null }],
+                ops: [{ key: 'no_such_quota', value: 1, remove: false }] }],
+  })
+} catch (error) {
+  refused = inspect(error, { depth: 8 })
+}
+const described = await admin.describeClientQuotas({
+  components: [{ entityType: 'client-id', matchType: 0, match: 'node-app' }],
+})
+await admin.close()
+console.log(JSON.stringify({ altered, refused, described }))
+"""
+
+
+def test_platformatic_kafka_alters_and_describes_quotas(
+    broker: RunningBroker,
+    platformatic: Path,  # noqa: F811
+) -> None:
+    """A Node.js client's admin (@platformatic/kafka) through AlterClientQuotas and
+    DescribeClientQuotas."""
+    (platformatic / "quotas.mjs").write_text(QUOTAS_JS)
+    done = subprocess.run(
+        ["node", "quotas.mjs", broker.bootstrap()],
+        cwd=platformatic, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    (altered,) = answer["altered"]
+    assert altered["errorCode"] == 0
+    assert "errorCode: 42" in answer["refused"]  # INVALID_REQUEST
+    assert "Invalid configuration key no_such_quota" in answer["refused"]
+    (entry,) = answer["described"]
+    assert entry["entity"] == [{"entityType": "client-id", "entityName": "node-app"}]
+    assert entry["values"] == [{"key": "producer_byte_rate", "value": 2048}]

@@ -56,6 +56,8 @@ MAX_CONNECTIONS = "max.connections"
 MAX_CONNECTIONS_PER_IP = "max.connections.per.ip"
 MAX_CONNECTIONS_PER_IP_OVERRIDES = "max.connections.per.ip.overrides"
 MAX_CONNECTION_CREATION_RATE = "max.connection.creation.rate"
+_IP_SENSORS_KEPT = 1024
+"""Addresses whose connection rate is kept before quiet ones are forgotten."""
 
 
 class TooManyConnections(Exception):
@@ -284,10 +286,13 @@ class ConnectionQuotas:
         rate = self._ip_rates.get(host, self._default_ip_rate)
         if rate is None:
             return
+        now = time.monotonic()
         sensor = self._ip_sensors.get(host)
         if sensor is None:
+            if len(self._ip_sensors) >= _IP_SENSORS_KEPT:  # forget addresses gone quiet
+                for quiet in [h for h, r in self._ip_sensors.items() if not r.measure(now)]:
+                    del self._ip_sensors[quiet]
             sensor = self._ip_sensors[host] = SampledRate()
-        now = time.monotonic()
         throttle = sensor.record_and_throttle_ms(now, rate)
         if throttle > 0:
             sensor.record(now, -1.0)

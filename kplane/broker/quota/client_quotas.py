@@ -16,6 +16,7 @@ notifications; IP entities' ``connection_creation_rate`` goes to ConnectionQuota
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -121,12 +122,14 @@ class ClientQuotas:
     # the response path (RequestChannel's ResponseThrottler) ----------------------------
     def throttle_time_ms(self, request: Request, body: Any, response_bytes: int) -> int:
         """Record the request against the client's quotas; the throttle time (ms)."""
+        if not (self.produce.enabled or self.fetch.enabled or self.request.enabled):
+            return 0  # no quota was ever set: nothing to record
         api_key = request.header.api_key
         if request.plane == CONTROL_PLANE or api_key in EXEMPT_APIS:
             return 0
         if api_key == ApiKey.FETCH and _replica_id(body) >= 0:
             return 0  # a follower's fetch
-        user = sanitize(_user_name(request.principal))
+        user = _quota_user(request.principal)
         client_id = request.header.client_id or ""
         bandwidth_ms = 0
         bandwidth = None
@@ -164,9 +167,10 @@ def _replica_id(body: Any) -> int:
     return int(state.replica_id if state is not None else getattr(body, "replica_id", -1))
 
 
-def _user_name(principal: str) -> str:
-    """Kafka's ``principal.getName``: ``User:alice`` -> ``alice``."""
-    return principal.partition(":")[2] or principal
+@functools.lru_cache(maxsize=1024)
+def _quota_user(principal: str) -> str:
+    """The sanitized ``principal.getName`` quotas know a user by: ``User:alice`` -> ``alice``."""
+    return sanitize(principal.partition(":")[2] or principal)
 
 
 def _thread_ns(request: Request) -> int:
