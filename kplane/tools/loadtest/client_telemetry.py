@@ -1,8 +1,9 @@
 """The load test's client telemetry (KIP-714): its Producers are subscribed to push their
 own metrics (``org.apache.kafka.producer.*``: request latency, queue time, throttle time)
 every second, so the scraped broker metrics hold what the clients measured beside what the
-broker measured. The subscription is a CLIENT_METRICS config resource matching the load's
-client ids; it is removed when the scenario ends."""
+broker measured (``--load-client confluent``; the wire load's connections do not push). The
+subscription is a CLIENT_METRICS config resource matching the load's client ids; it is
+removed when the scenario ends."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ METRICS = "org.apache.kafka.producer."
 INTERVAL_MS = 1000
 MATCH = "client_id=kplane-loadtest-.*"
 _RESOURCE = ConfigResource(ConfigResourceType.CLIENT_METRICS, SUBSCRIPTION)
+
+
+def pushes(load_client: str) -> bool:
+    """Whether the load's clients push metrics: librdkafka's do, the wire load's do not."""
+    return load_client == "confluent"
 
 
 async def _alter(bootstrap: str, ops: list[AlterConfigOp]) -> str | None:

@@ -74,7 +74,7 @@ class ScenarioRun:
     propagation: list[ControlResult] = field(default_factory=list)
     moves: dict[str, Any] | None = None
     """A cluster scenario's leader moves (``leader_moves.MoveCounts``)."""
-    client_telemetry: str = "not subscribed: no data load"
+    client_telemetry: str = "not subscribed: no librdkafka load"
     """Whether the load's Producers were subscribed to push their metrics (KIP-714)."""
 
 

@@ -320,7 +320,8 @@ async def _measure(
     run = ScenarioRun(
         name, target, {API_TITLES[k]: v for k, v in versions.items()}, float(args.duration)
     )
-    if data_load:
+    pushing = data_load and client_telemetry.pushes(args.load_client)
+    if pushing:
         run.client_telemetry = await client_telemetry.subscribe(bootstrap)
     try:
         async with _data_load(args, bootstrap, partitions, data_load) as load:
@@ -334,7 +335,7 @@ async def _measure(
                     run.scrape_failures = scraper.failures
     finally:
         controller.close()
-        if data_load:
+        if pushing:
             await client_telemetry.unsubscribe(bootstrap)
     run.control = controller.results
     run.connect_failures = controller.connect_failures
@@ -361,13 +362,16 @@ async def _measure_cluster(
         float(args.duration),
         brokers=cluster.brokers,
     )
-    run.client_telemetry = await client_telemetry.subscribe(cluster.bootstrap)
+    pushing = client_telemetry.pushes(args.load_client)
+    if pushing:
+        run.client_telemetry = await client_telemetry.subscribe(cluster.bootstrap)
     try:
         async with _data_load(args, cluster.bootstrap, partitions, True) as load:
             run.load = await _run_loaded(name, mover, args, load, progress)
     finally:
         mover.close()
-        await client_telemetry.unsubscribe(cluster.bootstrap)
+        if pushing:
+            await client_telemetry.unsubscribe(cluster.bootstrap)
     run.control = mover.results
     run.propagation = mover.propagation
     run.samples = mover.samples
