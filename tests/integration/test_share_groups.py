@@ -27,6 +27,10 @@ from confluent_kafka.admin import (
 )
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+from kio.schema.describe_share_group_offsets.v1.request import (
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsRequestGroup,
+)
 from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.share_fetch.v1.request import FetchPartition, FetchTopic, ShareFetchRequest
 from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
@@ -36,6 +40,7 @@ from kio.static.primitive import i32, i32Timedelta
 
 from kplane.protocol.errors import ErrorCode
 from kplane.testing.plugin import RunningBroker
+from kplane.testing.wire import WireClient
 
 from .helpers import PLAIN_USERS_JAAS, wait_until, with_inter_broker_sasl
 from .test_kafka_cli import kplane, ok
@@ -400,6 +405,23 @@ def test_a_groups_progress_survives_a_kplane_serve_restart(
 
     again = broker_process(None, *serve)
     config["bootstrap.servers"] = f"127.0.0.1:{again.port}"
+    with WireClient("127.0.0.1", again.port) as wire:
+        listed = wait_until(
+            lambda: (
+                wire.request(ListGroupsRequest(states_filter=(), types_filter=("share",))).groups
+            ),
+            what="the share group listed after the restart",
+        )
+        assert [(g.group_id, g.group_state) for g in listed] == [(group, "Empty")]
+        offsets = wire.request(
+            DescribeShareGroupOffsetsRequest(
+                groups=(
+                    DescribeShareGroupOffsetsRequestGroup(group_id=GroupId(group), topics=None),
+                )
+            )
+        )
+    (described,) = offsets.groups[0].topics[0].partitions
+    assert (described.start_offset, described.lag) == (6, 4)
     with ShareConsumer({**config, "share.acknowledgement.mode": "implicit"}) as second:
         second.subscribe([topic])
         redelivered = poll_until(second, 4, 60)

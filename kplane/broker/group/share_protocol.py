@@ -13,7 +13,7 @@ records it had acquired go back to the group.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,6 +120,16 @@ class ShareGroupProtocol:
                     ErrorCode.non_empty_group, f"Share group '{group_id}' is not empty."
                 )
         return group
+
+    def restore(self, group_ids: Iterable[str]) -> int:
+        """At start-up: the share groups with stored share-partition state, registered
+        Empty (their members join again); returns how many."""
+        restored = 0
+        for group_id in group_ids:
+            if self.groups.get(group_id) is None:
+                self.groups.get_or_create(group_id, ShareGroup)
+                restored += 1
+        return restored
 
     def is_share_group(self, group_id: str) -> bool:
         group = self.groups.get(group_id)

@@ -287,13 +287,19 @@ class KafkaServer:
     def _start_share_partitions(self) -> None:
         """KIP-932's share partitions beside the leaders, their state in the metadata
         store, and the share sessions; a member that left gives its records back."""
+        states = ShareStateStore(self.store)
         self.share_partitions = SharePartitionManager(
             self.replica_manager,
             self.group_coordinator.share_config,
             self.group_configs,
-            ShareStateStore(self.store),
+            states,
             self.fetch_purgatory.check_and_complete,
         )
+        restored = self.group_coordinator.share.restore(
+            g for g in states.group_ids() if self._owns_group(g)
+        )
+        if restored:
+            log.info("share groups with stored state registered", groups=restored)
         self.share_sessions = ShareSessionCache()
 
         def member_left(group_id: str, member_id: str) -> None:
