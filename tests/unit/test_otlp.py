@@ -73,11 +73,11 @@ def total(name: str, *points: bytes, delta: bool = True, monotonic: bool = True)
     return field(1, name.encode()) + field(7, body + vint(3, int(monotonic)))
 
 
-def histogram(name: str) -> bytes:
+def histogram(name: str, delta: bool = False) -> bytes:
     point = field(9, key_value("node_id", "1"))
     point += fixed64(4, 6) + double(5, 42.5)
     point += field(6, struct.pack("<3Q", 1, 2, 3)) + field(7, struct.pack("<2d", 1.0, 10.0))
-    return field(1, name.encode()) + field(9, field(1, point) + vint(2, 2))
+    return field(1, name.encode()) + field(9, field(1, point) + vint(2, 1 if delta else 2))
 
 
 SAMPLE = metrics_data(

@@ -19,7 +19,7 @@ from kplane.protocol.errors import ErrorCode, KafkaError
 from kplane.protocol.otlp import decode_metrics_data
 from kplane.tools.loadtest.metrics import parse_scrape
 from kplane.tools.loadtest.results import client_metric_stats
-from tests.unit.test_otlp import gauge, metrics_data, number_point, total
+from tests.unit.test_otlp import gauge, histogram, metrics_data, number_point, total
 
 JAVA_UUID = uuid.UUID(int=0x0123456789ABCDEF << 64 | 0xFEDCBA9876543210)
 
@@ -213,3 +213,24 @@ def test_the_load_test_reads_pushed_metrics_back() -> None:
     assert client_metric_stats(samples) == {
         "org_apache_kafka_producer_request_latency_avg": {"samples": 2, "mean": 3.0, "max": 4.0}
     }
+
+
+def test_histograms_and_sums_on_prometheus() -> None:
+    clock = Clock()
+    exporter = ClientMetricsExporter(clock)
+    push = metrics_data(
+        histogram("org.apache.kafka.client.request.latency", delta=True),
+        total("org.apache.kafka.client.bytes", number_point(5, {}), delta=False),
+        total("org.apache.kafka.client.in.flight", number_point(3, {}), monotonic=False),
+    )
+    for _ in range(2):  # the delta histogram and the delta gauge-like sum add up
+        exporter.record("i", {"client_id": "c"}, decode_metrics_data(push), 3.0)
+    samples = scrape(exporter)
+    buckets = {s[0]["le"]: s[1] for s in samples["org_apache_kafka_client_request_latency_bucket"]}
+    assert buckets == {"1.0": 2.0, "10.0": 6.0, "+Inf": 12.0}  # cumulative, as Prometheus has it
+    assert samples["org_apache_kafka_client_request_latency_count"][0][1] == 12.0
+    assert samples["org_apache_kafka_client_request_latency_sum"][0][1] == 85.0
+    assert samples["org_apache_kafka_client_bytes_total"][0][1] == 5.0  # cumulative: replaced
+    assert samples["org_apache_kafka_client_in_flight"][0][1] == 6.0
+    clock.now += 3.0
+    assert scrape(exporter) == {}
