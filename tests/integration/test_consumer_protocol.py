@@ -382,6 +382,41 @@ def test_a_live_classic_group_upgrades_and_downgrades_with_its_members_reading(
                 m.thread.join(30)
 
 
+def test_a_classic_member_joins_a_live_consumer_group(
+    kip848_broker: RunningBroker, rdkafka_log: LibrdkafkaLog
+) -> None:
+    """The other way round: a classic member joins a consumer group whose consumer-protocol
+    member is reading; it is given half the partitions through JoinGroup/SyncGroup (the
+    group stays a consumer group), and when it leaves the other takes them back. Every
+    record is read once."""
+    broker, topic, group = kip848_broker, "kip848-mixed", "g-mixed"
+    broker.create_topic(topic, PARTITIONS)
+    produce(broker, topic, 10)
+    seen: list[Any] = []
+    new = Member(consumer_config(broker, group, "new"), [topic], seen).start()
+    classic = None
+    try:
+        wait_until(lambda: len(seen) >= 60, 60, "the consumer-protocol member's reads")
+        classic_config = consumer_config(broker, group, "old")
+        classic_config.update({"group.protocol": "classic", "session.timeout.ms": 6000})
+        classic = Member(classic_config, [topic], seen).start()
+        wait_until(lambda: partitions_of([classic, new]) == [3, 3], 60, "a 3/3 split")
+        assert sorted(m.member_type for m in describe(broker, group).members) == [0, 1]
+        produce(broker, topic, 10, start=10)
+        wait_until(lambda: len(seen) >= 120, 60, "the records read by both")
+        classic.leave()
+        wait_until(lambda: partitions_of([new]) == [PARTITIONS], 60, "all back to one member")
+        assert [m.member_type for m in describe(broker, group).members] == [1]
+        produce(broker, topic, 10, start=20)
+        wait_until(lambda: len(seen) >= 180, 60, "the records after the classic member left")
+        assert len(set(seen)) == len(seen) == 180, "a record was read twice"
+    finally:
+        for m in (classic, new):
+            if m is not None:
+                m.stop.set()
+                m.thread.join(30)
+
+
 def test_no_upgrade_of_a_live_classic_group_when_the_policy_disables_it(
     broker_factory: Callable[..., RunningBroker], rdkafka_log: LibrdkafkaLog
 ) -> None:
