@@ -28,7 +28,9 @@ def principal_parts(principal: str) -> tuple[str, str]:
     ``SecurityUtils.parseKafkaPrincipal``)."""
     principal_type, sep, name = principal.partition(":")
     if not sep or not principal_type or not name:
-        raise ValueError(f"expected a principal of the form Type:name, got {principal!r}")
+        raise ValueError(
+            f"expected a string in format principalType:principalName but got {principal}"
+        )
     return principal_type, name
 
 

@@ -137,10 +137,13 @@ def _usage_error(args: argparse.Namespace) -> str | None:
     try:
         for principal in (*args.owner_principal, *args.renewer_principal):
             principal_parts(principal.strip())
-        if args.hmac is not None:
-            base64.b64decode(args.hmac, validate=True)
-    except (ValueError, binascii.Error) as exc:
+    except ValueError as exc:
         return str(exc)
+    if args.hmac is not None:
+        try:
+            base64.b64decode(args.hmac, validate=True)
+        except binascii.Error as exc:
+            return f"--hmac is not base64: {exc}"
     return None
 
 

@@ -693,6 +693,15 @@ def test_the_delegation_tokens_command(token_broker: RunningBroker, tmp_path: Pa
         "requests are not allowed on PLAINTEXT/1-way SSL channels and on delegation token "
         "authenticated channels.\n"
     )
+    # kio cannot read the -1 times of a refused create: the refusal is still one line.
+    not_read = _cli(*plaintext, "--create", "--max-life-time-period", "-1")
+    assert not_read.returncode == 1 and "Traceback" not in not_read.stderr
+    assert (
+        not_read.stderr.startswith(
+            "kplane delegation-tokens: CreateDelegationToken refused by the broker; "
+        )
+        and not_read.stderr.count("\n") == 1
+    )
     for args, message in (
         (
             ("--create", "--describe"),
