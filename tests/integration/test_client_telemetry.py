@@ -296,3 +296,28 @@ def requests_of_text(broker: RunningBroker, api: str) -> float:
         if s.name == "kafka_network_requestmetrics_requestspersec_total"
         and s.labels.get("request") == api
     )
+
+
+def test_a_subscription_set_through_one_broker_applies_at_the_other(kafka_cluster, capsys) -> None:
+    cluster = kafka_cluster(2)
+    first, second = cluster.brokers
+    code, out = cli(
+        capsys, first, "--alter", "--name", "everyone", "--metrics", "org.apache.kafka.",
+        "--interval", "500",
+    )  # fmt: skip
+    assert code == 0, out
+
+    def subscribed() -> Any:
+        with second.wire() as client:
+            got = get_subscriptions(client)
+        return (
+            got.requested_metrics == ("org.apache.kafka.",)
+            and got.push_interval.total_seconds() == 0.5
+        )
+
+    wait_until(subscribed, what="the second broker to learn the subscription")
+    code, out = cli(capsys, first, "--delete", "--name", "everyone")
+    assert code == 0, out
+    wait_until(lambda: not subscribed(), what="the second broker to drop it")
+    code, out = cli(capsys, second, "--list")
+    assert out.strip() == "", out
