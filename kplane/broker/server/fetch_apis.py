@@ -102,7 +102,7 @@ class DelayedFetch(DelayedOperation):
             self.ctx.respond_nothing()  # nobody reads the answer: read no data for it
             return
         try:
-            self.apis.respond(self.ctx, self.specs)
+            self.apis.respond(self.ctx, self.apis.read(self.ctx, self.specs))
         except Exception as exc:  # on the timer's or a producer's thread: still answer
             self.ctx.fail(exc)
 
@@ -196,8 +196,16 @@ class FetchApis:
             for spec in specs:
                 if spec.tp is not None:
                     self.replica_manager.update_follower_fetch(spec.tp, replica_id, spec.offset)
-        if req.max_wait_ms <= 0 or req.min_bytes <= 0 or not specs:
-            self.respond(ctx, specs)
+        reads = self.read(ctx, specs)
+        # As Kafka's fetchMessages: answered now when it need not wait, when enough was
+        # read or when a partition has an error; else parked, and read again when it is done.
+        if (
+            req.max_wait_ms <= 0
+            or not specs
+            or sum(result.size for _, result in reads) >= req.min_bytes
+            or any(result.error != ErrorCode.none for _, result in reads)
+        ):
+            self.respond(ctx, reads)
             return
         delayed = DelayedFetch(self, ctx, specs, req.max_wait_ms)
         if not self.purgatory.try_complete_else_watch(
@@ -206,16 +214,19 @@ class FetchApis:
             # The client chooses the wait (up to ~24 days): a closed connection ends it.
             ctx.request.on_disconnect(delayed.force_complete)
 
-    def respond(self, ctx: RequestContext, specs: list[FetchPartitionSpec]) -> None:
-        """Read every partition now and answer; stored batches go out without a copy."""
+    def read(
+        self, ctx: RequestContext, specs: list[FetchPartitionSpec]
+    ) -> list[tuple[FetchPartitionSpec, ReadResult]]:
+        """Every partition read now, within the request's ``max_bytes``: whole batches,
+        at least one from the first partition with data; none for a throttled follower
+        over the leader's replication rate."""
         req: FetchRequestData = ctx.body
         remaining = min(req.max_bytes, self.fetch_max_bytes)
         isolation_level = _isolation_level(ctx)
-        topics: dict[Any, FetchTopicResult[Transferable]] = {}
-        by_id = ctx.api_version >= 13
         first_data = True
         replica_id = req.replica_id if isolation_level == FETCH_LOG_END else -1
         quota = self.replica_manager.leader_quota if replica_id >= 0 else None
+        reads = []
         for spec in specs:
             if spec.tp is None:
                 result = ReadResult(spec.error)
@@ -238,6 +249,16 @@ class FetchApis:
             if size:
                 first_data = False
                 remaining = max(0, remaining - size)
+            reads.append((spec, result))
+        return reads
+
+    def respond(
+        self, ctx: RequestContext, reads: list[tuple[FetchPartitionSpec, ReadResult]]
+    ) -> None:
+        """Answer with what was read; stored batches go out without a copy."""
+        by_id = ctx.api_version >= 13
+        topics: dict[Any, FetchTopicResult[Transferable]] = {}
+        for spec, result in reads:
             topic = topics.get(spec.topic_key)
             if topic is None:
                 topic = topics[spec.topic_key] = FetchTopicResult(
