@@ -3,6 +3,7 @@ pushes decoded onto the broker's Prometheus endpoint, and Kafka's errors for bad
 
 from __future__ import annotations
 
+import gc
 import gzip
 import time
 import urllib.request
@@ -321,3 +322,24 @@ def test_a_subscription_set_through_one_broker_applies_at_the_other(kafka_cluste
     wait_until(lambda: not subscribed(), what="the second broker to drop it")
     code, out = cli(capsys, second, "--list")
     assert out.strip() == "", out
+
+
+def test_a_closing_producers_terminating_push_removes_its_metrics(broker_factory, capsys) -> None:
+    broker = broker_factory({"kplane.metrics.port": "0"})
+    broker.create_topic("closing", 1)
+    code, out = cli(
+        capsys, broker, "--alter", "--name", "slow", "--metrics", PRODUCER_PREFIX,
+        "--interval", "15000",
+    )  # fmt: skip
+    assert code == 0, out
+    producer = producing(broker, "closing")
+    wait_until(
+        producing_until(producer, "closing", lambda: pushed(broker, "closing")),
+        timeout=60,
+        what="the producer's pushed metrics",
+    )
+    producer.flush(10)
+    del producer  # librdkafka's destroy sends a terminating push
+    gc.collect()
+    # Without it the series would stay three intervals after the last push: at least 30 s.
+    wait_until(lambda: not pushed(broker, "closing"), timeout=25, what="the metrics to go")
