@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -40,8 +39,21 @@ def read_schema(include_headers: bool) -> StructType:
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
-    """:func:`read_schema` in Arrow, as Spark expects a data source's record batches."""
-    return to_arrow_schema(read_schema(include_headers), timezone="UTC")
+    """:func:`read_schema` in Arrow, as Spark expects a data source's record batches
+    (timestamps in microseconds, UTC)."""
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+        fields.append(pa.field("headers", pa.list_(header)))
+    return pa.schema(fields)
 
 
 WRITE_COLUMNS: dict[str, tuple[type[DataType], ...]] = {

@@ -169,3 +169,12 @@ def test_write_schema_rules() -> None:
             schema(("value", StringType()), ("headers", ArrayType(IntegerType()))), "t"
         )
     assert read_schema(True).fieldNames()[-1] == "headers"
+
+
+def test_arrow_schema_is_the_one_spark_expects() -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from kplane.spark.schema import arrow_schema
+
+    for headers in (False, True):
+        assert arrow_schema(headers).equals(to_arrow_schema(read_schema(headers), timezone="UTC"))
