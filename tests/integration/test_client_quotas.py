@@ -87,24 +87,28 @@ def produce_throttled(
     seconds: float,
     listener: str | None = None,
     security: dict[str, str] | None = None,
+    partition: int = -1,
+    by_broker: dict[int, int] | None = None,
 ) -> int:
-    """Produce 10 KiB records for ``seconds`` as ``client_id``; the largest throttle time
-    librdkafka was told (ms)."""
+    """Produce 10 KiB records for ``seconds`` as ``client_id`` (to ``partition``, -1: any);
+    the largest throttle time librdkafka was told (ms), and per broker in ``by_broker``."""
     throttles: list[int] = []
 
     def on_throttle(event: Any) -> None:
         throttles.append(int(event.throttle_time * 1000))
+        if by_broker is not None:
+            by_broker[event.broker_id] = max(by_broker.get(event.broker_id, 0), throttles[-1])
 
     producer = Producer({
         "bootstrap.servers": broker.bootstrap(listener), "client.id": client_id,
-        "linger.ms": 5, "queue.buffering.max.kbytes": 256, "throttle_cb": on_throttle,
+        "linger.ms": 5, "queue.buffering.max.kbytes": 64, "throttle_cb": on_throttle,
         **(security or {}),
     })
     payload = b"x" * 10240
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
-            producer.produce(topic, payload)
+            producer.produce(topic, payload, partition=partition)
         except BufferError:
             producer.poll(0.05)
         producer.poll(0)
@@ -211,10 +215,14 @@ async def test_producer_throttled_by_client_quota(
     assert throttle > 0
     seen = metric(broker, "kafka_server_produce_throttle_time", user="", client_id="slow")
     assert seen is not None and seen > 0
-    rate = metric(broker, "kafka_server_produce_byte_rate", user="", client_id="slow")
-    assert rate is not None and rate > 0
     # a client the quota does not name is not held
     assert produce_throttled(broker, "fast", "throttled", 2.0) == 0
+    # held near the bound: the broker's own measure of each client's rate (over 10 s of
+    # samples at least), not the wall clock
+    slow = metric(broker, "kafka_server_produce_byte_rate", user="", client_id="slow")
+    fast = metric(broker, "kafka_server_produce_byte_rate", user="", client_id="fast")
+    assert slow is not None and fast is not None
+    assert 0 < slow < 1.5 * 102400 and fast > 2 * slow, (slow, fast)
 
 
 async def test_consumer_throttled_by_client_quota(
@@ -466,3 +474,24 @@ def test_platformatic_kafka_alters_and_describes_quotas(
     (entry,) = answer["described"]
     assert entry["entity"] == [{"entityType": "client-id", "entityName": "node-app"}]
     assert entry["values"] == [{"key": "producer_byte_rate", "value": 2048}]
+
+
+def test_a_change_applies_on_every_broker(kafka_cluster: Callable[..., Any]) -> None:
+    """Set through one broker of a ZooKeeper cluster, a quota holds the client at the other,
+    which learns it from the change notification."""
+    cluster = kafka_cluster(2)
+    first, second = cluster.brokers
+    first.create_topic("spread", 4)  # one replica each, spread over the two brokers
+    wait_until(lambda: len(second.partitions("spread")) == 4, "the second broker's metadata")
+    led_by_second = next(
+        p for p, info in second.partitions("spread").items() if info.leader == second.broker_id
+    )
+    ok("configs", "--bootstrap-server", first.bootstrap(), "--client", "slow", "--alter",
+       "--add-config", "producer_byte_rate=102400")
+    by_broker: dict[int, int] = {}
+    assert produce_throttled(
+        second, "slow", "spread", 4.0, partition=led_by_second, by_broker=by_broker
+    ) > 0
+    assert by_broker.get(second.broker_id, 0) > 0
+    held = metric(second, "kafka_server_produce_throttle_time", user="", client_id="slow")
+    assert held is not None and held > 0
