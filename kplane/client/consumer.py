@@ -234,6 +234,7 @@ class Consumer:
         group_remote_assignor: str | None = None,
         max_poll_interval_ms: int = 300_000,
         enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
     ) -> None:
         if isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
             raise ValueError(
@@ -287,6 +288,7 @@ class Consumer:
                 server_assignor=group_remote_assignor,
                 retry_backoff_ms=retry_backoff_ms,
                 auto_commit=enable_auto_commit,
+                auto_commit_interval_ms=auto_commit_interval_ms,
             )
             if group_id is not None
             else None

@@ -6,8 +6,11 @@ at epoch 0 names the subscription, later ones the partitions owned. When the bro
 an assignment, the member commits the positions of the partitions it loses, stops reading
 them, starts reading the new ones from their committed offsets (``auto.offset.reset`` when
 none) and acknowledges at once with its next heartbeat. A fenced member (FENCED_MEMBER_EPOCH,
-UNKNOWN_MEMBER_ID) drops its partitions without committing and joins again at epoch 0. On
-close it commits and leaves (epoch -1; -2 for a static member, which keeps its place).
+UNKNOWN_MEMBER_ID) drops its partitions without committing and joins again at epoch 0. With
+``enable.auto.commit`` the positions the application consumed are committed every
+``auto.commit.interval.ms`` (as Kafka's consumer does, from its background task), when
+partitions are revoked and on close. On close it leaves (epoch -1; -2 for a static member,
+which keeps its place).
 """
 
 from __future__ import annotations
@@ -51,8 +54,8 @@ class Reader(Protocol):
 
 class ConsumerMembership:
     """One member of ``group_id``; ``subscribe`` starts it, ``close`` leaves. With
-    ``auto_commit`` (``enable.auto.commit``) the positions of partitions are committed when
-    they are revoked and on close (there is no periodic commit)."""
+    ``auto_commit`` (``enable.auto.commit``) the positions of the owned partitions are
+    committed every ``auto_commit_interval_ms``, when partitions are revoked and on close."""
 
     def __init__(
         self,
@@ -64,7 +67,10 @@ class ConsumerMembership:
         server_assignor: str | None = None,
         retry_backoff_ms: int = 100,
         auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
     ) -> None:
+        if auto_commit_interval_ms < 0:
+            raise ValueError(f"auto.commit.interval.ms: {auto_commit_interval_ms} is negative")
         self.reader = reader
         self.client = reader.client
         self.group_id = group_id
@@ -73,6 +79,7 @@ class ConsumerMembership:
         self.server_assignor = server_assignor
         self.retry_backoff_ms = retry_backoff_ms
         self.auto_commit = auto_commit
+        self.auto_commit_interval_ms = auto_commit_interval_ms
         self.member_id = str(uuid.uuid4())
         self.member_epoch = 0
         self.topics: tuple[str, ...] = ()
@@ -81,7 +88,6 @@ class ConsumerMembership:
         self._full = True  # the next heartbeat names everything (a join or a rejoin)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._next_ms = 0.0
 
     def subscribe(self, topics: Iterable[str]) -> None:
         """Join with ``topics`` (or change the subscription); heartbeats start at once."""
@@ -94,17 +100,39 @@ class ConsumerMembership:
 
     # heartbeats ------------------------------------------------------------------------
     async def _run(self) -> None:
+        """Heartbeats when due (or woken by a subscription), auto-commits when due."""
+        loop = asyncio.get_running_loop()
+        heartbeat_at = loop.time()
+        commit_at = loop.time() + self.auto_commit_interval_ms / 1000.0
         while True:
+            due = min(heartbeat_at, commit_at) if self.auto_commit else heartbeat_at
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._next_ms / 1000.0)
+                await asyncio.wait_for(self._wake.wait(), max(0.0, due - loop.time()))
+            woken = self._wake.is_set()
             self._wake.clear()
+            if self.auto_commit and loop.time() >= commit_at:
+                commit_at = loop.time() + self.auto_commit_interval_ms / 1000.0
+                await self._auto_commit()
+            if not woken and loop.time() < heartbeat_at:
+                continue
             try:
-                self._next_ms = await self._heartbeat()
+                next_ms = await self._heartbeat()
             except (KafkaError, BrokerConnectionError, TimeoutError, LookupError) as exc:
                 log.info("group heartbeat failed, retrying", group=self.group_id, error=str(exc))
                 self._coordinator = None
                 self._full = True
-                self._next_ms = self.retry_backoff_ms
+                next_ms = self.retry_backoff_ms
+            heartbeat_at = loop.time() + next_ms / 1000.0
+
+    async def _auto_commit(self) -> None:
+        """The periodic commit of the consumed positions; a failure is logged (the next
+        one, or the commit on revocation or close, stores them)."""
+        if not self.owned or self.member_epoch <= 0:
+            return
+        try:
+            await self.commit()
+        except (KafkaError, BrokerConnectionError, TimeoutError, LookupError) as exc:
+            log.warning("auto-commit failed", group=self.group_id, error=str(exc))
 
     async def _node(self) -> int:
         if self._coordinator is None:

@@ -102,6 +102,7 @@ CONSUMER_SETTINGS: tuple[Setting, ...] = (
     Setting("group.remote.assignor", "group_remote_assignor", str),
     Setting("max.poll.interval.ms", "max_poll_interval_ms", int),
     Setting("enable.auto.commit", "enable_auto_commit", as_bool),
+    Setting("auto.commit.interval.ms", "auto_commit_interval_ms", int),
 )
 
 

@@ -15,7 +15,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException, Producer
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    ConsumerGroupType,
+    KafkaError,
+    KafkaException,
+    Producer,
+)
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -700,6 +707,48 @@ async def test_kplane_consumer_shares_a_group_with_confluent_kafka(
     finally:
         if other is not None:
             other.leave()
+        await consumer.close()
+        await client.close()
+
+
+async def test_kplane_consumer_commits_what_it_consumed_every_auto_commit_interval(
+    kip848_broker: RunningBroker,
+) -> None:
+    """enable.auto.commit (the default): the positions the application polled are
+    committed every auto.commit.interval.ms, without a commit() or a rebalance."""
+    broker, topic, group = kip848_broker, "kip848-autocommit", "g-autocommit"
+    broker.create_topic(topic, PARTITIONS)
+    produce(broker, topic, 10)
+    props = {
+        "bootstrap.servers": broker.bootstrap(),
+        "group.id": group,
+        "auto.commit.interval.ms": "300",
+    }
+    client = KafkaClient(ClientConfig.from_properties(props))
+    await client.start()
+    consumer = KplaneConsumer.from_config(client)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap()})
+
+    def committed() -> dict[int, int]:
+        future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+        listed = future[group].result(10).topic_partitions
+        return {tp.partition: tp.offset for tp in listed if tp.offset >= 0}
+
+    try:
+        consumer.subscribe([topic])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        read = 0
+        while read < 60:
+            assert loop.time() < deadline, f"timed out: {read} read"
+            read += len(await consumer.poll(timeout_ms=200))
+        await asyncio.to_thread(
+            wait_until,
+            lambda: committed() == dict.fromkeys(range(PARTITIONS), 10),
+            30,
+            "the consumed positions committed",
+        )
+    finally:
         await consumer.close()
         await client.close()
 
