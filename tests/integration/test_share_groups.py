@@ -32,11 +32,16 @@ from kio.schema.describe_share_group_offsets.v1.request import (
     DescribeShareGroupOffsetsRequestGroup,
 )
 from kio.schema.list_groups.v5.request import ListGroupsRequest
-from kio.schema.share_fetch.v1.request import FetchPartition, FetchTopic, ShareFetchRequest
+from kio.schema.share_fetch.v1.request import (
+    AcknowledgementBatch,
+    FetchPartition,
+    FetchTopic,
+    ShareFetchRequest,
+)
 from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
 from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
 from kio.schema.types import GroupId, TopicName
-from kio.static.primitive import i32, i32Timedelta
+from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from kplane.protocol.errors import ErrorCode
 from kplane.testing.plugin import RunningBroker
@@ -477,13 +482,21 @@ def test_share_groups_cli_lists_describes_resets_and_deletes(broker: RunningBrok
 # -- ACLs -------------------------------------------------------------------------------
 
 
-def share_fetch(broker: RunningBroker, group: str, member: str, topic_id: Any) -> Any:
+def share_fetch(
+    broker: RunningBroker,
+    group: str,
+    member: str,
+    topic_id: Any,
+    epoch: int = 0,
+    acks: tuple[tuple[int, int, int], ...] = (),
+) -> Any:
+    """One ShareFetch of partition 0 (``acks``: (first, last, type) batches)."""
     with broker.wire("PLAINTEXT") as wire:
         return wire.request(
             ShareFetchRequest(
                 group_id=GroupId(group),
                 member_id=member,
-                share_session_epoch=i32(0),
+                share_session_epoch=i32(epoch),
                 max_wait=i32Timedelta.parse(datetime.timedelta(0)),
                 min_bytes=i32(1),
                 max_records=i32(100),
@@ -492,13 +505,60 @@ def share_fetch(broker: RunningBroker, group: str, member: str, topic_id: Any) -
                     FetchTopic(
                         topic_id=topic_id,
                         partitions=(
-                            FetchPartition(partition_index=i32(0), acknowledgement_batches=()),
+                            FetchPartition(
+                                partition_index=i32(0),
+                                acknowledgement_batches=tuple(
+                                    AcknowledgementBatch(
+                                        first_offset=i64(f),
+                                        last_offset=i64(last),
+                                        acknowledge_types=(i8(t),),
+                                    )
+                                    for f, last, t in acks
+                                ),
+                            ),
                         ),
                     ),
                 ),
                 forgotten_topics_data=(),
             )
         )
+
+
+def test_share_sessions_and_acknowledgements_get_kafkas_errors(broker: RunningBroker) -> None:
+    topic, group, member = "sg-session", "sg-session-group", str(uuid.uuid4())
+    broker.create_topic(topic, 1)
+    set_group_config(broker, group, share_auto_offset_reset="earliest")
+    produce_values(broker, topic, [b"x", b"y"], partition=0)
+    topic_id = wait_until(lambda: broker.topics().get(topic), what="the topic")
+    assert heartbeat(broker, group, member, 0, (topic,)).error_code == ErrorCode.none
+    missing = share_fetch(broker, group, member, topic_id, epoch=1)
+    assert missing.error_code == ErrorCode.share_session_not_found
+    acks_first = share_fetch(broker, group, member, topic_id, acks=((0, 0, 1),))
+    assert acks_first.error_code == ErrorCode.invalid_request
+    opened = share_fetch(broker, group, member, topic_id)
+    (part,) = opened.responses[0].partitions
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in part.acquired_records] == [
+        (0, 1, 1)
+    ]
+    stale = share_fetch(broker, group, member, topic_id, epoch=2)
+    assert stale.error_code == ErrorCode.invalid_share_session_epoch
+    other = share_fetch(broker, group, str(uuid.uuid4()), topic_id, epoch=1)
+    assert other.error_code == ErrorCode.share_session_not_found
+    # ACCEPT 0, RELEASE 1 on the next fetch: offset 1 comes back at once, delivered twice.
+    again = share_fetch(broker, group, member, topic_id, epoch=1, acks=((0, 0, 1), (1, 1, 2)))
+    (part,) = again.responses[0].partitions
+    assert part.acknowledge_error_code == ErrorCode.none
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in part.acquired_records] == [
+        (1, 1, 2)
+    ]
+    twice = share_fetch(broker, group, member, topic_id, epoch=2, acks=((0, 0, 1),))
+    (part,) = twice.responses[0].partitions
+    assert part.acknowledge_error_code == ErrorCode.invalid_record_state
+    closed = share_fetch(broker, group, member, topic_id, epoch=-1, acks=((1, 1, 1),))
+    assert closed.error_code == ErrorCode.none
+    assert share_fetch(broker, group, member, topic_id, epoch=-1).error_code == (
+        ErrorCode.share_session_not_found
+    )
 
 
 def test_read_on_the_group_and_the_topic_as_kafka_checks_them(broker_factory: Any) -> None:

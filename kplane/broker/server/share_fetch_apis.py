@@ -133,10 +133,10 @@ class ShareFetchApis:
                     ]
         return parsed
 
-    def _session(
-        self, req: Any, named: Sequence[TopicPartition], fetch: bool
-    ) -> ShareSession | None:
-        """The session the request opens, continues or closes (None: closed)."""
+    def _session(self, req: Any, parsed: _Parsed, fetch: bool) -> ShareSession | None:
+        """The session the request opens, continues or closes (None: it closes), as
+        Kafka's SharePartitionManager checks them."""
+        named = parsed.named
         group_id, member_id, epoch = req.group_id, req.member_id, int(req.share_session_epoch)
         if not group_id or not member_id:
             raise KafkaError(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
@@ -146,8 +146,18 @@ class ShareFetchApis:
                     ErrorCode.invalid_share_session_epoch,
                     "A share session is opened by a ShareFetch, not a ShareAcknowledge.",
                 )
+            if parsed.acks:
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    "Acknowledge data present in the initial ShareFetch request.",
+                )
             return self.sessions.open(group_id, member_id, named)
         if epoch == FINAL_EPOCH:
+            if self.sessions.get(group_id, member_id) is None:
+                raise KafkaError(
+                    ErrorCode.share_session_not_found,
+                    f"Share session for member {member_id} of group {group_id} not found.",
+                )
             return None
         session = self.sessions.next(group_id, member_id, epoch)
         for tp in named:
@@ -173,7 +183,7 @@ class ShareFetchApis:
             return
         parsed = self._parse(ctx, req.topics, "partitions")
         try:
-            session = self._session(req, parsed.named, fetch=True)
+            session = self._session(req, parsed, fetch=True)
         except KafkaError as exc:
             log.info(
                 "share fetch refused",
@@ -295,7 +305,7 @@ class ShareFetchApis:
             return
         parsed = self._parse(ctx, req.topics, "partitions")
         try:
-            session = self._session(req, parsed.named, fetch=False)
+            session = self._session(req, parsed, fetch=False)
         except KafkaError as exc:
             log.info(
                 "share acknowledge refused",
