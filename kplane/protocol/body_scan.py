@@ -38,6 +38,9 @@ _TIMEDELTA_MAX_MS = 9_223_372_036_854_775
 years): ``timedelta_i64`` fields are an int64 of ms on the wire, where Kafka takes any value,
 and kio fails past this."""
 
+_NONE_TIME = b"\xff" * 8
+"""-1 as an int64: a nullable ``datetime_i64`` that kio reads as None."""
+
 _FIXED_SIZES = {
     "bool": 1,
     "int8": 1,
@@ -213,9 +216,26 @@ def _clamped_ms(name: str) -> Step:
     return step
 
 
+def _epoch_floor(name: str, nullable: bool) -> Step:
+    """A timestamp before the epoch (Kafka's -1 for "none", as in a refused
+    CreateDelegationToken's answer) is read as the epoch (an edit): kio's datetimes start
+    there, and its decoder fails on less. Where the field is nullable, -1 stays (None)."""
+
+    def step(buf: bytes, pos: int, end: int, edits: list[Edit]) -> int:
+        if pos + 8 > end:
+            raise MalformedBody(f"{name}: 8 bytes needed, {end - pos} left")
+        if buf[pos] & 0x80 and not (nullable and buf[pos : pos + 8] == _NONE_TIME):
+            edits.append((pos, pos + 8, bytes(8)))
+        return pos + 8
+
+    return step
+
+
 def _primitive_step(name: str, kafka_type: str, flexible: bool, nullable: bool) -> Step:
     if kafka_type == "timedelta_i64":
         return _clamped_ms(name)
+    if kafka_type == "datetime_i64":
+        return _epoch_floor(name, nullable)
     size = _FIXED_SIZES.get(kafka_type)
     if size is not None:
         return _skip(size, name)
@@ -328,7 +348,7 @@ def _entity_step(cls: type[Any]) -> Step:
             fixed = (
                 _FIXED_SIZES.get(kafka_type)
                 if kafka_type
-                and kafka_type != "timedelta_i64"
+                and kafka_type not in ("timedelta_i64", "datetime_i64")
                 and not classify_field(field).is_array
                 else None
             )

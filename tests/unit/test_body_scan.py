@@ -3,6 +3,7 @@ and tags are caught before kio's native decoder sees them."""
 
 from __future__ import annotations
 
+import datetime
 import struct
 
 import pytest
@@ -14,6 +15,7 @@ from kio.static.primitive import Records
 
 from kplane.protocol import api
 from kplane.protocol.body_scan import MalformedBody, scan, write_uvarint
+from kplane.protocol.errors import ErrorCode
 
 st.register_type_strategy(Records, st.binary(max_size=64))
 
@@ -72,3 +74,25 @@ def test_known_tag_must_fill_its_size() -> None:
     crafted = api.encode(api.make(FetchRequest))[:-1] + b"\x01\x00\x05\x03c1zz"
     with pytest.raises(MalformedBody, match="does not fill"):
         scan(FetchRequest, crafted, 0)
+
+
+def test_a_timestamp_before_the_epoch_is_read_as_the_epoch() -> None:
+    # Kafka answers a refused CreateDelegationToken with -1 for its three timestamps
+    none = datetime.datetime.fromtimestamp(-0.001, datetime.UTC)
+    response = api.make(
+        api.response_class(38, 1),
+        error_code=ErrorCode.delegation_token_auth_disabled,
+        principal_type="User",
+        principal_name="alice",
+        issue_timestamp=none,
+        expiry_timestamp=none,
+        max_timestamp=none,
+        token_id="",
+        hmac=b"",
+    )
+    wire = api.encode(response)
+    assert wire.count(b"\xff" * 8) == 3
+    decoded = api.decode_response(38, 1, wire)
+    assert decoded.error_code == ErrorCode.delegation_token_auth_disabled
+    epoch = datetime.datetime.fromtimestamp(0, datetime.UTC)
+    assert decoded.issue_timestamp == decoded.expiry_timestamp == decoded.max_timestamp == epoch
