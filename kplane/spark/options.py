@@ -24,7 +24,6 @@ from kplane.client.settings import (
     as_bool,
     as_isolation_level,
 )
-from kplane.common.network.config import ClientConfig
 
 log = structlog.get_logger(__name__)
 
@@ -87,7 +86,6 @@ NAMES = {
 READ_OPTIONS = frozenset(NAMES)
 WRITE_OPTIONS = frozenset(("topic", "includeheaders", "checkpointlocation", "path"))
 
-_CONNECTION_KEYS = frozenset(f.name.replace("_", ".") for f in fields(ClientConfig)) - {"extra"}
 _CONSUMER_KEYS = frozenset(s.key for s in CONSUMER_SETTINGS) - {
     "group.id",
     "group.protocol",
@@ -163,11 +161,16 @@ def client_settings(options: Mapping[str, str], known: frozenset[str]) -> dict[s
         for key, value in options.items()
         if key.lower().startswith(CLIENT_PREFIX)
     }
+    # kio's schemas come with ClientConfig: imported here, so a Python worker that only
+    # asks the source for its schema does not load them
+    from kplane.common.network.config import ClientConfig
+
     if "bootstrap.servers" not in settings:
         raise OptionError(
             "Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer"
         )
-    ignored = sorted(k for k in settings if k not in _CONNECTION_KEYS | known)
+    connection = {f.name.replace("_", ".") for f in fields(ClientConfig)} - {"extra"}
+    ignored = sorted(k for k in settings if k not in connection | known)
     if ignored:
         log.warning(
             "kafka options kplane's client does not act on, ignored",

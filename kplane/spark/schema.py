@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
+
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -16,6 +17,9 @@ from pyspark.sql.types import (
 )
 
 from kplane.spark.options import OptionError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 HEADERS_TYPE = ArrayType(
     StructType([StructField("key", StringType()), StructField("value", BinaryType())])
@@ -41,6 +45,8 @@ def read_schema(include_headers: bool) -> StructType:
 def arrow_schema(include_headers: bool) -> pa.Schema:
     """:func:`read_schema` in Arrow, as Spark expects a data source's record batches
     (timestamps in microseconds, UTC)."""
+    import pyarrow as pa
+
     fields = [
         pa.field("key", pa.binary()),
         pa.field("value", pa.binary()),

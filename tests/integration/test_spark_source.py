@@ -16,7 +16,7 @@ from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka import TopicPartition
 
-from kplane.client.admin import Admin
+from kplane.client.admin import Admin, NewTopic
 from kplane.client.kafka_client import KafkaClient
 from kplane.common.certs import PkiFiles
 from kplane.common.network.config import ClientConfig
@@ -297,3 +297,35 @@ def test_loadtest_results_through_a_topic_into_the_report(
         assert result.control_p99[name] == pytest.approx(float(np.percentile(latencies, 99)))
     assert json.loads((out / "summary.json").read_text()) == {"duration_s": 10}
     assert "| shared | control | UpdateMetadata | 200 |" in (out / "report.md").read_text()
+
+
+def test_against_a_replicated_cluster(spark: Any, kafka_cluster: Callable[..., Any]) -> None:
+    """Replication factor 3 on three brokers: a write, then reads before and after the
+    leaders move."""
+    cluster = kafka_cluster(brokers=3)
+
+    async def create() -> None:
+        config = ClientConfig.from_properties({"bootstrap.servers": cluster.bootstrap_servers})
+        client = KafkaClient(config)
+        await client.start()
+        try:
+            errors = await Admin(client).create_topics([NewTopic("replicated", 2, 3)])
+            assert errors == {"replicated": None}
+        finally:
+            await client.close()
+
+    asyncio.run(create())
+    cluster.broker(0).wait_for_partitions("replicated", 2)
+    options = {"kafka.bootstrap.servers": cluster.bootstrap_servers}
+    frame = spark.createDataFrame(
+        [(f"r{i}", i % 2) for i in range(60)], "value string, partition int"
+    )
+    frame.write.format("kplane").options(**options).option("topic", "replicated").mode(
+        "append"
+    ).save()
+    read = spark.read.format("kplane").options(**options).option("subscribe", "replicated").load()
+    assert sorted(bytes(r.value) for r in read.collect()) == sorted(b"r%d" % i for i in range(60))
+    for partition in (0, 1):
+        leader = cluster.broker(0).topic_metadata("replicated").partitions[partition].leader_id
+        cluster.move_leader("replicated", partition, (leader + 1) % 3)
+    assert read.count() == 60
