@@ -46,7 +46,13 @@ class WireReader:
         return uuid.UUID(bytes=bytes(self.buf[start : start + 16]))
 
     def uvarint(self) -> int:
-        value, self.pos = uvarint(self.buf, self.pos, self.end)
+        pos = self.pos
+        if pos < self.end:
+            byte = self.buf[pos]
+            if byte < 0x80:  # one byte: most counts, lengths and tags
+                self.pos = pos + 1
+                return byte
+        value, self.pos = uvarint(self.buf, pos, self.end)
         return value
 
     def length(self, flexible: bool, wide: bool, what: str) -> int:
@@ -96,6 +102,10 @@ class WireReader:
         return fields
 
     def skip_tagged_fields(self) -> None:
+        pos = self.pos
+        if pos < self.end and self.buf[pos] == 0:  # none, as nearly always
+            self.pos = pos + 1
+            return
         for _ in range(self.uvarint()):
             self.uvarint()  # tag
             self.take(self.uvarint(), "tagged field")
