@@ -6,8 +6,9 @@ bytes), fetch (``consumer_byte_rate``, over the response's bytes) and request
 (``request_percentage``, over the time the handler and network threads spent on the
 request, as a percentage of one thread). When a response is handed back, each kind records
 its value; the largest throttle goes into the response's ``throttle_time_ms`` at once and
-the connection is muted for that long. Controller requests, followers' fetches and the
-control plane are never throttled.
+the connection is muted for that long. Controller requests, followers' fetches, the
+brokers' AddPartitionsToTxn (v4+) and the control plane are never throttled; an acks=0
+Produce only by its bytes.
 
 Configs come from the metadata store (``ClientQuotaStore``) at start-up and from change
 notifications; IP entities' ``connection_creation_rate`` goes to ConnectionQuotas
@@ -129,6 +130,8 @@ class ClientQuotas:
             return 0
         if api_key == ApiKey.FETCH and _replica_id(body) >= 0:
             return 0  # a follower's fetch
+        if api_key == ApiKey.ADD_PARTITIONS_TO_TXN and request.header.api_version >= 4:
+            return 0  # only brokers send these (ClusterAction)
         user = _quota_user(request.principal)
         client_id = request.header.client_id or ""
         bandwidth_ms = 0
@@ -144,7 +147,8 @@ class ClientQuotas:
                 user, client_id, float(response_bytes)
             )
         request_ms = 0
-        if self.request.enabled:
+        # an acks=0 Produce is exempt from the request quota (Kafka's), not its bandwidth
+        if self.request.enabled and not (api_key == ApiKey.PRODUCE and body.acks == 0):
             request_ms = self.request.record_and_get_throttle_time_ms(
                 user, client_id, _thread_ns(request) * NANOS_TO_PERCENTAGE
             )
