@@ -43,6 +43,8 @@ log = structlog.get_logger(__name__)
 SENSOR_EXPIRY_S = 3600.0
 """Kafka's InactiveSensorExpirationTimeSeconds: a client's sensors go after an idle hour."""
 
+_INT32_MAX = 2**31 - 1
+
 UserClient = tuple[str | None, str | None]
 """(user, client id) of an override; ``None`` in a place is that type's default, a missing
 type is ``""`` (Kafka's tags)."""
@@ -198,7 +200,7 @@ class ClientQuotaManager:
             throttle = sensors.rate.throttle_ms(now, bound)
         if self._max_throttle_ms is not None:
             throttle = min(throttle, self._max_throttle_ms)
-        return round(throttle)
+        return min(round(throttle), _INT32_MAX)  # throttle_time_ms is an int32
 
     def record_no_throttle(self, user: str, client_id: str, value: float) -> None:
         """Record ``value`` without a check: the next request pays for it."""
