@@ -624,3 +624,21 @@ def test_read_on_the_group_and_the_topic_as_kafka_checks_them(broker_factory: An
         return answer.responses[0].partitions[0].error_code == ErrorCode.none
 
     wait_until(fetched, 10, "a fetch allowed by READ on the topic")
+
+
+def test_acknowledgements_sent_on_close_after_the_leave_are_kept(broker: RunningBroker) -> None:
+    """librdkafka's close sends the leaving heartbeat first, then the last acknowledgements
+    in the final ShareAcknowledge: they still settle the records."""
+    topic, group = "sg-close-acks", "sg-close-acks-group"
+    broker.create_topic(topic, 1)
+    set_group_config(broker, group, share_auto_offset_reset="earliest")
+    produce_values(broker, topic, [f"k{i}".encode() for i in range(10)])
+    first = ShareConsumer(share_config(broker, group, **{"share.acknowledgement.mode": "explicit"}))
+    first.subscribe([topic])
+    got = poll_until(first, 10)
+    for msg in got:
+        first.acknowledge(msg, AcknowledgeType.ACCEPT)
+    first.close()
+    with ShareConsumer(share_config(broker, group)) as second:
+        second.subscribe([topic])
+        assert poll_until(second, 1, 5) == [], "an accepted record was delivered again"

@@ -5,9 +5,11 @@ A heartbeat joins (epoch 0), heartbeats, or leaves (-1). The group epoch is bump
 member joins or leaves, a subscription changes or the subscribed topics resolve to other
 partitions; then the share assignor computes a new target and each member takes its own at
 once (shared partitions need no revocation), at the assignment epoch. A member that does
-not heartbeat within the session timeout is removed. The listeners added with
-:meth:`ShareGroupProtocol.add_member_listener` hear of every member that left, so the
-records it had acquired go back to the group.
+not heartbeat within the session timeout is removed, and the listeners added with
+:meth:`ShareGroupProtocol.add_member_listener` hear of it, so the records it had acquired
+go back to the group at once. A member that leaves is not reported: its client closes its
+share sessions after the leaving heartbeat (librdkafka sends the last acknowledgements
+then), which gives back what it still holds.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from kplane.protocol.errors import ErrorCode, KafkaError
 log = structlog.get_logger(__name__)
 
 MemberListener = Callable[[str, str], None]
-"""Called with (group id, member id) when a member left or was removed."""
+"""Called with (group id, member id) when a member's session expired."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,11 +248,11 @@ class ShareGroupProtocol:
         with group.lock:
             if req.member_id not in group.members:
                 raise KafkaError(ErrorCode.unknown_member_id)
-            self._remove(group, req.member_id, "the member left the group")
+            self._remove(group, req.member_id, "the member left the group", fenced=False)
         return ShareHeartbeatResult(member_id=req.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH)
 
-    def _remove(self, group: ShareGroup, member_id: str, reason: str) -> None:
-        """Remove a member and bump the group epoch; the listeners hear of it."""
+    def _remove(self, group: ShareGroup, member_id: str, reason: str, fenced: bool) -> None:
+        """Remove a member and bump the group epoch; the listeners hear of a fenced one."""
         group.members.pop(member_id, None)
         group.target.pop(member_id, None)
         task = group.timers.pop(member_id, None)
@@ -265,7 +267,7 @@ class ShareGroupProtocol:
             group_epoch=group.group_epoch,
             reason=reason,
         )
-        for listener in self._listeners:
+        for listener in self._listeners if fenced else ():
             try:
                 listener(group.group_id, member_id)
             except Exception:
@@ -280,7 +282,7 @@ class ShareGroupProtocol:
             with group.lock:
                 if group.timers.get(member_id) is not task or group.is_dead:
                     return
-                self._remove(group, member_id, "the member's session expired")
+                self._remove(group, member_id, "the member's session expired", fenced=True)
 
         task = self._timer.schedule(self._session_timeout_ms(group.group_id), expire)
         group.timers[member_id] = task

@@ -286,7 +286,8 @@ class KafkaServer:
 
     def _start_share_partitions(self) -> None:
         """KIP-932's share partitions beside the leaders, their state in the metadata
-        store, and the share sessions; a member that left gives its records back."""
+        store, and the share sessions; a member whose group session expired gives its
+        records back."""
         states = ShareStateStore(self.store)
         self.share_partitions = SharePartitionManager(
             self.replica_manager,
@@ -302,11 +303,11 @@ class KafkaServer:
             log.info("share groups with stored state registered", groups=restored)
         self.share_sessions = ShareSessionCache()
 
-        def member_left(group_id: str, member_id: str) -> None:
+        def member_fenced(group_id: str, member_id: str) -> None:
             self.share_sessions.close(group_id, member_id)
             self.share_partitions.release(group_id, member_id)
 
-        self.group_coordinator.share.add_member_listener(member_left)
+        self.group_coordinator.share.add_member_listener(member_fenced)
         self.group_coordinator.share_group_deleted.append(self.share_partitions.delete_group)
 
     def _start_replication(self, config: KafkaConfig) -> None:
