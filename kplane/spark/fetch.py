@@ -71,7 +71,9 @@ def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBat
                     records = [r for r in records if r.offset < part.end]
                 if records:
                     yield to_record_batch(records, part, schema, options.include_headers)
-            position = consumer.position(*tp) or position
+            known = consumer.position(*tp)
+            if known is not None:
+                position = known
             if position >= part.end or records:
                 continue
             latest = loop.run_until_complete(_offset(client, options, tp, LATEST_TIMESTAMP))

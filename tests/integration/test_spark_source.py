@@ -329,3 +329,31 @@ def test_against_a_replicated_cluster(spark: Any, kafka_cluster: Callable[..., A
         leader = cluster.broker(0).topic_metadata("replicated").partitions[partition].leader_id
         cluster.move_leader("replicated", partition, (leader + 1) % 3)
     assert read.count() == 60
+
+
+def test_aborted_transactions_as_sparks_source_reads_them(
+    spark: Any, broker: RunningBroker
+) -> None:
+    """read_uncommitted (Spark's default) gives an aborted transaction's records too;
+    kafka.isolation.level=read_committed leaves them out."""
+    broker.create_topic("txn", partitions=1)
+    producer = ConfluentProducer(
+        {"bootstrap.servers": broker.bootstrap(), "transactional.id": "spark-txn"}
+    )
+    producer.init_transactions(30)
+    for outcome in ("commit", "abort", "commit"):
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce("txn", f"{outcome}-{i}".encode(), partition=0)
+        producer.flush(30)
+        if outcome == "commit":
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    everything = source(spark, broker, subscribe="txn")
+    assert everything.count() == 15
+    committed = source(
+        spark, broker, subscribe="txn", **{"kafka.isolation.level": "read_committed"}
+    )
+    values = sorted(bytes(r.value) for r in committed.select("value").collect())
+    assert values == sorted([b"commit-%d" % i for i in range(5)] * 2)
