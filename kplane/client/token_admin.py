@@ -11,8 +11,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kio.serial.errors import SerialError
-
 from kplane.client.admin import Admin
 from kplane.common.network.connection import UnsupportedApi
 from kplane.protocol import api
@@ -69,10 +67,6 @@ def _period(ms: int) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=ms)
 
 
-def _title(api_key: int) -> str:
-    return "".join(w.title() for w in str(api.API_NAMES.get(api_key)).split("_"))
-
-
 def _check(response: Any, what: str) -> None:
     if response.error_code != ErrorCode.none:
         raise KafkaError(response.error_code, f"{what}: {response.error_code.name.upper()}")
@@ -83,18 +77,6 @@ class TokenAdmin:
 
     def __init__(self, admin: Admin) -> None:
         self.client = admin.client
-
-    async def _request(self, api_key: int, build: Any) -> Any:
-        try:
-            return await self.client.request(None, api_key, build)
-        except SerialError as exc:
-            # Kafka answers a refused Create/Renew/ExpireDelegationToken with -1 as its
-            # times, which kio does not decode: the refusal is known, its code is not.
-            raise KafkaError(
-                ErrorCode.unknown_server_error,
-                f"{_title(api_key)} refused by the broker; the error code of its answer "
-                f"cannot be read ({exc})",
-            ) from exc
 
     async def create_delegation_token(
         self, renewers: Iterable[str] = (), max_lifetime_ms: int = -1, owner: str | None = None
@@ -121,7 +103,7 @@ class TokenAdmin:
                 max_lifetime=_period(max_lifetime_ms),
             )
 
-        response = await self._request(ApiKey.CREATE_DELEGATION_TOKEN, build)
+        response = await self.client.request(None, ApiKey.CREATE_DELEGATION_TOKEN, build)
         _check(response, "CreateDelegationToken")
         owner_text = f"{response.principal_type}:{response.principal_name}"
         requester_name = getattr(response, "token_requester_principal_name", "")
@@ -145,7 +127,8 @@ class TokenAdmin:
 
     async def renew_delegation_token(self, hmac: bytes, renew_period_ms: int = -1) -> int:
         """Renew the token of ``hmac``; its new expiry time (epoch ms)."""
-        response = await self._request(
+        response = await self.client.request(
+            None,
             ApiKey.RENEW_DELEGATION_TOKEN,
             lambda v: api.make(
                 api.request_class(ApiKey.RENEW_DELEGATION_TOKEN, v),
@@ -159,7 +142,8 @@ class TokenAdmin:
     async def expire_delegation_token(self, hmac: bytes, expiry_period_ms: int = -1) -> int:
         """Move the expiry of the token of ``hmac`` (-1: now, removing it); the new expiry
         time (epoch ms)."""
-        response = await self._request(
+        response = await self.client.request(
+            None,
             ApiKey.EXPIRE_DELEGATION_TOKEN,
             lambda v: api.make(
                 api.request_class(ApiKey.EXPIRE_DELEGATION_TOKEN, v),
@@ -191,7 +175,7 @@ class TokenAdmin:
                 ),
             )
 
-        response = await self._request(ApiKey.DESCRIBE_DELEGATION_TOKEN, build)
+        response = await self.client.request(None, ApiKey.DESCRIBE_DELEGATION_TOKEN, build)
         _check(response, "DescribeDelegationToken")
         return [
             DelegationToken(

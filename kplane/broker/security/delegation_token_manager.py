@@ -196,15 +196,10 @@ class DelegationTokenManager:
     ) -> tuple[ErrorCode, int]:
         """Move the expiry to now + the period (< 0: ``delegation.token.expiry.time.ms``),
         capped by the maximum; the owner or a renewer only."""
-        if not self.enabled:
-            return ErrorCode.delegation_token_auth_disabled, ERROR_TIMESTAMP
         with self._lock:
-            info = self._token_of(token_hmac)
+            error, info, now = self._renewable(principal, token_hmac)
             if info is None:
-                return ErrorCode.delegation_token_not_found, ERROR_TIMESTAMP
-            now = self.now_ms()
-            if not info.owner_or_renewer(principal):
-                return ErrorCode.delegation_token_owner_mismatch, ERROR_TIMESTAMP
+                return error, ERROR_TIMESTAMP
             if info.expired(now):
                 return ErrorCode.delegation_token_expired, ERROR_TIMESTAMP
             period = self.default_renew_ms if renew_period_ms < 0 else renew_period_ms
@@ -218,15 +213,10 @@ class DelegationTokenManager:
     ) -> tuple[ErrorCode, int]:
         """A period < 0 removes the token at once; else its expiry becomes now + the period
         (capped by the maximum); the owner or a renewer only."""
-        if not self.enabled:
-            return ErrorCode.delegation_token_auth_disabled, ERROR_TIMESTAMP
         with self._lock:
-            info = self._token_of(token_hmac)
+            error, info, now = self._renewable(principal, token_hmac)
             if info is None:
-                return ErrorCode.delegation_token_not_found, ERROR_TIMESTAMP
-            now = self.now_ms()
-            if not info.owner_or_renewer(principal):
-                return ErrorCode.delegation_token_owner_mismatch, ERROR_TIMESTAMP
+                return error, ERROR_TIMESTAMP
             if expiry_period_ms < 0:
                 self._remove(info.token_id)
                 expiry = now
@@ -237,6 +227,21 @@ class DelegationTokenManager:
                 self._update(info.with_expiry(expiry))
         log.info("delegation token expiry set", token_id=info.token_id, expiry_timestamp=expiry)
         return ErrorCode.none, expiry
+
+    def _renewable(
+        self, principal: str, token_hmac: bytes
+    ) -> tuple[ErrorCode, TokenInformation | None, int]:
+        """The token of ``token_hmac`` if tokens are on, it exists and ``principal`` owns or
+        renews it (else the error and None), with the time now; under the lock."""
+        now = self.now_ms()
+        if not self.enabled:
+            return ErrorCode.delegation_token_auth_disabled, None, now
+        info = self._token_of(token_hmac)
+        if info is None:
+            return ErrorCode.delegation_token_not_found, None, now
+        if not info.owner_or_renewer(principal):
+            return ErrorCode.delegation_token_owner_mismatch, None, now
+        return ErrorCode.none, info, now
 
     def tokens(self, eligible: Callable[[TokenInformation], bool]) -> list[DelegationToken]:
         """The cached tokens ``eligible`` accepts, oldest first."""

@@ -12,7 +12,7 @@ tokens it may DESCRIBE_TOKENS (the USER).
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -123,27 +123,30 @@ class DelegationTokenApis:
         )
 
     def handle_renew(self, ctx: RequestContext) -> None:
-        if not allow_token_requests(ctx):
-            log.info(
-                "delegation token request not allowed", principal=ctx.principal, api=ctx.api_name
-            )
-            error, expiry = ErrorCode.delegation_token_request_not_allowed, ERROR_TIMESTAMP
-        else:
-            error, expiry = self.tokens.renew(
-                ctx.principal, bytes(ctx.body.hmac), _ms(ctx.body.renew_period)
-            )
-        ctx.respond(ctx.make_response(error_code=error, expiry_timestamp=_at(expiry)))
+        body = ctx.body
+        self._answer_expiry(
+            ctx, lambda: self.tokens.renew(ctx.principal, bytes(body.hmac), _ms(body.renew_period))
+        )
 
     def handle_expire(self, ctx: RequestContext) -> None:
+        body = ctx.body
+        self._answer_expiry(
+            ctx,
+            lambda: self.tokens.expire(
+                ctx.principal, bytes(body.hmac), _ms(body.expiry_time_period)
+            ),
+        )
+
+    @staticmethod
+    def _answer_expiry(ctx: RequestContext, change: Callable[[], tuple[ErrorCode, int]]) -> None:
+        """Renew and Expire: the token's new expiry, or why not."""
         if not allow_token_requests(ctx):
             log.info(
                 "delegation token request not allowed", principal=ctx.principal, api=ctx.api_name
             )
             error, expiry = ErrorCode.delegation_token_request_not_allowed, ERROR_TIMESTAMP
         else:
-            error, expiry = self.tokens.expire(
-                ctx.principal, bytes(ctx.body.hmac), _ms(ctx.body.expiry_time_period)
-            )
+            error, expiry = change()
         ctx.respond(ctx.make_response(error_code=error, expiry_timestamp=_at(expiry)))
 
     def handle_describe(self, ctx: RequestContext) -> None:
