@@ -56,9 +56,9 @@ from kplane.broker.security.scram import ScramCredentialStore
 from kplane.broker.server.acl_apis import AclApis
 from kplane.broker.server.admin_manager import AdminManager, TopicDefaults
 from kplane.broker.server.api_versions import ApiVersionsApi
+from kplane.broker.server.client_quota_apis import ClientQuotaApis
 from kplane.broker.server.config_apis import ConfigApis, load_policy
 from kplane.broker.server.consumer_group_apis import ConsumerGroupApis
-from kplane.broker.server.client_quota_apis import ClientQuotaApis
 from kplane.broker.server.context import ApiFamily
 from kplane.broker.server.controlled_shutdown import controlled_shutdown
 from kplane.broker.server.controller_apis import ControllerApis
@@ -452,6 +452,7 @@ class KafkaServer:
         SocketServer bound (connections wait in the backlog), and the components KIP-226
         reconfigures."""
         self.catch_up = InitialCatchUp()
+        self.quota_store = ClientQuotaStore(self.client)
         self._start_client_telemetry(config)
         self.apis = KafkaApis(self._api_families(), self.authorizer, self.catch_up)
         data_plane, control_plane = planes(config)
@@ -467,6 +468,14 @@ class KafkaServer:
             self.lifecycle.on_shutdown("release control-plane priority", self.priority.close)
         observer = RequestMetricsObserver(self.metrics)
         self.connection_quotas = ConnectionQuotas(config, self.metrics)
+        self.client_quotas = ClientQuotas(
+            config,
+            self.quota_store,
+            self.metrics,
+            self.connection_quotas.update_ip_connection_rate_quota,
+        )
+        self.client_quotas.load()
+        self.data_channel.throttler = self.client_quotas  # the control plane: never
         self.socket_server = SocketServer(
             config.listeners,
             config.control_plane_listener_name,
@@ -482,7 +491,6 @@ class KafkaServer:
             self.data_channel,
             self.control_channel,
             self.apis.is_known_api,
-        self.quota_store = ClientQuotaStore(self.client)
             observer.on_response_sent,
             self._processor_idle_meter,
             self.tls,
@@ -498,14 +506,6 @@ class KafkaServer:
                 channel.register_gauges(self.metrics)
         self._add_reconfigurables(config)
         self.lifecycle.on_shutdown("stop processors", self.socket_server.shutdown_processors)
-        self.client_quotas = ClientQuotas(
-            config,
-            self.quota_store,
-            self.metrics,
-            self.connection_quotas.update_ip_connection_rate_quota,
-        )
-        self.client_quotas.startup()
-        self.data_channel.throttler = self.client_quotas  # the control plane: never
         self.socket_server.bind()
         self.bound = self.socket_server.bound
         for pool in (self.handler_pool, self.control_handler_pool):
@@ -555,24 +555,12 @@ class KafkaServer:
         self.config_changes.subscribe(self.dynamic.on_config_change)
         self.config_changes.subscribe(self.log_configs.on_config_change)
         self.config_changes.subscribe(self.group_configs.on_config_change)
+        self.config_changes.subscribe(self.client_quotas.on_config_change)
         self.config_changes.subscribe(self.client_metrics.on_config_change)
         self.config_changes.start()
+        self.client_quotas.load()  # what changed before the listener started
         self.client_metrics.load()  # what changed before the listener started
         self._start_metrics_http()
-
-    def _start_client_telemetry(self, config: KafkaConfig) -> None:
-        """KIP-714: the client-metrics subscriptions in the store, the client instances,
-        and the pushed metrics on this broker's Prometheus registry."""
-        exporter = ClientMetricsExporter()
-        self.metrics.registry.register(exporter)
-        self.client_metrics = ClientMetricsManager(
-            lambda name: self.client.get_entity_config(CLIENT_METRICS, subscription_node(name)),
-            lambda: [unquote(n) for n in self.client.get_entities(CLIENT_METRICS)],
-            exporter,
-            config.get_int("telemetry.max.bytes"),
-        )
-        self.client_metrics.load()
-        self.telemetry_apis = TelemetryApis(self.client_metrics)
 
     def _start_token_expiry(self, config: KafkaConfig) -> None:
         """With delegation tokens on, the controller removes expired tokens every
@@ -589,6 +577,20 @@ class KafkaServer:
 
         scheduler.schedule("delete-expired-tokens", delete_expired_tokens, interval_ms, interval_ms)
 
+    def _start_client_telemetry(self, config: KafkaConfig) -> None:
+        """KIP-714: the client-metrics subscriptions in the store, the client instances,
+        and the pushed metrics on this broker's Prometheus registry."""
+        exporter = ClientMetricsExporter()
+        self.metrics.registry.register(exporter)
+        self.client_metrics = ClientMetricsManager(
+            lambda name: self.client.get_entity_config(CLIENT_METRICS, subscription_node(name)),
+            lambda: [unquote(n) for n in self.client.get_entities(CLIENT_METRICS)],
+            exporter,
+            config.get_int("telemetry.max.bytes"),
+        )
+        self.client_metrics.load()
+        self.telemetry_apis = TelemetryApis(self.client_metrics)
+
     def _api_families(self) -> list[ApiFamily]:
         return [
             self.telemetry_apis.noting_client_software(
@@ -601,7 +603,6 @@ class KafkaServer:
                 self.admin,
                 lambda: self.config.get_bool("auto.create.topics.enable"),
                 self._coordinator_of,
-        self.config_changes.subscribe(self.client_quotas.on_config_change)
                 self._txn_coordinator_of,
                 lambda: self.config.get_int("max.request.partition.size.limit"),
             ),
@@ -648,6 +649,7 @@ class KafkaServer:
                 lambda: self.controller,
             ),
             ScramApis(self.scram_credentials),
+            ClientQuotaApis(self.quota_store),
             DelegationTokenApis(self.tokens),
             LogDirApis(self.log_manager),
             *(
@@ -703,8 +705,6 @@ class KafkaServer:
         proposed = ProposedListenerSecurity(self.scram_credentials)
         dynamic.add_reconfigurable(self.connection_quotas)
         dynamic.add_reconfigurable(
-            ClientQuotaApis(self.quota_store),
-            DelegationTokenApis(self.tokens),
             DynamicThreadPool(
                 config,
                 self.handler_pool,
