@@ -642,3 +642,45 @@ def test_acknowledgements_sent_on_close_after_the_leave_are_kept(broker: Running
     with ShareConsumer(share_config(broker, group)) as second:
         second.subscribe([topic])
         assert poll_until(second, 1, 5) == [], "an accepted record was delivered again"
+
+
+def test_a_leader_move_neither_loses_nor_repeats_accepted_records(kafka_cluster: Any) -> None:
+    cluster = kafka_cluster(2)
+    topic, group = "sg-move", "sg-move-group"
+    first_broker = cluster.brokers[0]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    for future in admin.create_topics([NewTopic(topic, 1, 2)]).values():
+        future.result(30)
+    for b in cluster.brokers:
+        b.wait_for_partitions(topic, 1)
+    leader = cluster.brokers[0].partitions(topic)[0].leader
+    bootstrap = cluster.bootstrap_servers
+    set_group_config(first_broker, group, share_auto_offset_reset="earliest")
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    values = [f"m{i}".encode() for i in range(10)]
+    for value in values:
+        producer.produce(topic, value=value)
+    assert producer.flush(30) == 0
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "share.acknowledgement.mode": "explicit",
+    }
+    consumer = ShareConsumer(config)
+    consumer.subscribe([topic])
+    got = poll_until(consumer, 10)
+    assert len(got) == 10
+    for msg in got:
+        if msg.offset() < 6:
+            consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
+    consumer.commit_sync()
+    consumer.close()  # the other four go back to the group
+    wait_until(
+        lambda: len(first_broker.partitions(topic)[0].isr) == 2, 30, "the follower in the ISR"
+    )
+    cluster.move_leader(topic, 0, 1 - leader)
+    with ShareConsumer({**config, "share.acknowledgement.mode": "implicit"}) as second:
+        second.subscribe([topic])
+        rest = poll_until(second, 4, 60)
+        rest += poll_until(second, 1, 3)
+    assert sorted(m.value() for m in rest) == values[6:]
