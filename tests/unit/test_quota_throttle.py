@@ -30,7 +30,7 @@ def quotas_over_a_store() -> tuple[
     listener = ConfigChangeListener(store.client.store)
     listener.subscribe(quotas.on_config_change)
     listener.start()
-    quotas.startup()
+    quotas.load()
     return quotas, store, ips
 
 
@@ -64,8 +64,13 @@ def test_configs_apply_from_the_store_and_its_notifications() -> None:
         KafkaConfig.from_properties({"log.dirs": "/tmp/unused"}, log_unused=False), store
     )
     store.alter(QuotaEntity.of(client_id="app"), {"consumer_byte_rate": 10.0})
-    later.startup()
+    later.load()
     assert later.fetch.quota("alice", "app") == 10
+    # what changed while it followed no notification is taken at the next load, removals too
+    store.alter(QuotaEntity.of(client_id="app"), {"consumer_byte_rate": None})
+    store.alter(QuotaEntity.of(client_id=None), {"consumer_byte_rate": 20.0})
+    later.load()
+    assert later.fetch.quota("alice", "app") == 20
 
 
 def test_who_is_never_throttled() -> None:

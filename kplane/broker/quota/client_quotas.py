@@ -85,11 +85,16 @@ class ClientQuotas:
         )
         self.managers = (self.produce, self.fetch, self.request)
         self._unenforced_said = False
+        self._applied: set[QuotaEntity] = set()
 
     # configs ---------------------------------------------------------------------------
-    def startup(self) -> None:
-        """Apply every quota in the store."""
-        for entity, values in self.store.all().items():
+    def load(self) -> None:
+        """Make the store's quotas the ones applied (at start-up, and once the change
+        listener follows the store, for what changed in between)."""
+        stored = self.store.all()
+        for entity in self._applied - stored.keys():
+            self.apply(entity, {})
+        for entity, values in stored.items():
             self.apply(entity, values)
 
     def on_config_change(self, entity_path: str) -> None:
@@ -100,6 +105,10 @@ class ClientQuotas:
 
     def apply(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
         """Make ``values`` the entity's quotas (keys missing are removed)."""
+        if values:
+            self._applied.add(entity)
+        else:
+            self._applied.discard(entity)
         has_ip, ip = entity.get(IP)
         if has_ip:
             if self._ip_quotas is not None:
