@@ -6,8 +6,9 @@ and the downgrade when the consumer-protocol member leaves; the policy's refusal
 from __future__ import annotations
 
 import struct
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -61,10 +62,12 @@ def subscription() -> bytes:
     return struct.pack(">hih", 1, 1, 1) + b"t" + struct.pack(">ii", -1, 0)
 
 
-def classic_join(coord: GroupCoordinator, member_id: str = "") -> JoinGroupResult:
+def classic_join(
+    coord: GroupCoordinator, member_id: str = "", rebalance_timeout_ms: int = 30_000
+) -> JoinGroupResult:
     done: Future[JoinGroupResult] = Future()
     coord.join_group(
-        GROUP, member_id, None, "classic", "/h", 30_000, 10_000, "consumer",
+        GROUP, member_id, None, "classic", "/h", rebalance_timeout_ms, 10_000, "consumer",
         [("range", subscription())], done.set_result, require_known_member_id=False,
     )  # fmt: skip
     return done.result(WAIT)
@@ -184,3 +187,39 @@ def test_the_policy_refuses_an_upgrade_or_a_downgrade(timer: SystemTimer) -> Non
         assert not group.members
     finally:
         kept.shutdown()
+
+
+def test_a_classic_member_that_does_not_sync_or_rejoin_in_time_is_fenced(
+    timer: SystemTimer,
+) -> None:
+    """Kafka's sync and join timeouts (the member's rebalance timeout), well before its
+    session would expire."""
+    coord = coordinator(timer)
+    try:
+        assert consumer_heartbeat(coord, "new", 0).error is ErrorCode.none
+        silent = classic_join(coord, rebalance_timeout_ms=200)
+        assert silent.error is ErrorCode.none
+        group = coord.groups.get(GROUP)
+        assert isinstance(group, ConsumerGroup)
+        wait_until(lambda: silent.member_id not in group.members)  # never synced
+
+        joined = classic_join(coord, rebalance_timeout_ms=200)
+        assert classic_sync(coord, joined.member_id, joined.generation_id).error is ErrorCode.none
+        assert consumer_heartbeat(coord, "newer", 0).error is ErrorCode.none  # epoch moves
+        generation = joined.generation_id
+        assert (
+            classic_heartbeat(coord, joined.member_id, generation)
+            is ErrorCode.rebalance_in_progress
+        )
+        time.sleep(0.1)
+        assert joined.member_id in group.members
+        wait_until(lambda: joined.member_id not in group.members)  # never rejoined
+    finally:
+        coord.shutdown()
+
+
+def wait_until(predicate: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)

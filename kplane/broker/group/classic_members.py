@@ -8,6 +8,8 @@ A JoinGroup is one heartbeat of the consumer protocol (the member moves one step
 its target; it is its own leader's follower, the broker assigns); a Heartbeat answers
 REBALANCE_IN_PROGRESS when the member should join again to take its next step: the group
 epoch moved past it, it has partitions to give up, or partitions it waited for are free.
+A member told to rejoin must within its rebalance timeout, and a member that joined must
+sync within it, or it is fenced (Kafka's join and sync timeouts).
 """
 
 from __future__ import annotations
@@ -134,6 +136,7 @@ class ClassicMembers:
             )
             reconciled = proto.update(group, member, updated, joined, owned, snapshot)
             proto.persist(group)
+            proto.classic_joined(group, reconciled)
             return JoinGroupResult(
                 reconciled.member_id,
                 generation_id=reconciled.member_epoch,
@@ -225,9 +228,11 @@ class ClassicMembers:
                     group.group_epoch > member.member_epoch
                     and member.state is not MemberState.UNREVOKED_PARTITIONS
                 ):
+                    self.protocol.expect_rejoin(group, member)
                     raise KafkaError(ErrorCode.rebalance_in_progress)
             except KafkaError as exc:
                 return SyncGroupResult(exc.code)
+            self.protocol.classic_synced(group, member)
             self.protocol.schedule_session(group, member)
             names = self.protocol.topic_names()
             assignment = encode_assignment(
@@ -257,6 +262,7 @@ class ClassicMembers:
                     and not group.waiting_on_unreleased_partition(member)
                 )
             ):
+                self.protocol.expect_rejoin(group, member)
                 return ErrorCode.rebalance_in_progress
             return ErrorCode.none
 

@@ -65,6 +65,8 @@ ASSIGNORS: Mapping[str, Callable[[], PartitionAssignor]] = {
 
 _SESSION = "session"
 _REVOCATION = "revocation"
+_JOIN = "join"
+_SYNC = "sync"
 
 
 @dataclass(frozen=True, slots=True)
@@ -715,6 +717,34 @@ class ConsumerGroupProtocol:
             "the member's session expired",
         )
 
+    def expect_rejoin(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+        """A classic member was told to rejoin (REBALANCE_IN_PROGRESS): it is fenced unless
+        a JoinGroup comes within its rebalance timeout (Kafka's join timeout; a running
+        one is left alone)."""
+        if (_JOIN, member.member_id) not in group.timers:
+            self._schedule(
+                group,
+                _JOIN,
+                member.member_id,
+                max(member.rebalance_timeout_ms, 0),
+                "the classic member did not rejoin within its rebalance timeout",
+            )
+
+    def classic_joined(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+        """A classic member's JoinGroup was answered: it must SyncGroup within its
+        rebalance timeout (Kafka's sync timeout)."""
+        self._cancel_timer(group, _JOIN, member.member_id)
+        self._schedule(
+            group,
+            _SYNC,
+            member.member_id,
+            max(member.rebalance_timeout_ms, 0),
+            "the classic member did not sync within its rebalance timeout",
+        )
+
+    def classic_synced(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+        self._cancel_timer(group, _SYNC, member.member_id)
+
     def _schedule(
         self, group: ConsumerGroup, kind: str, member_id: str, delay_ms: int, reason: str
     ) -> None:
@@ -742,7 +772,7 @@ class ConsumerGroupProtocol:
             task.cancel()
 
     def cancel_timers(self, group: ConsumerGroup, member_id: str) -> None:
-        for kind in (_SESSION, _REVOCATION):
+        for kind in (_SESSION, _REVOCATION, _JOIN, _SYNC):
             self._cancel_timer(group, kind, member_id)
 
     def shutdown(self, group: ConsumerGroup) -> None:
