@@ -83,8 +83,8 @@ def test_who_is_never_throttled() -> None:
     assert quotas.throttle_time_ms(request(ApiKey.PRODUCE, plane=CONTROL_PLANE), produce, 10) == 0
     for api in (ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, ApiKey.WRITE_TXN_MARKERS):
         assert quotas.throttle_time_ms(request(api), None, 10) == 0
-    follower = SimpleNamespace(replica_id=1, replica_state=None)
-    consumer = SimpleNamespace(replica_id=-1, replica_state=None)
+    follower = SimpleNamespace(replica_id=1)
+    consumer = SimpleNamespace(replica_id=-1)
     assert quotas.throttle_time_ms(request(ApiKey.FETCH, 12), follower, 10**6) == 0
     assert quotas.throttle_time_ms(request(ApiKey.FETCH, 12), consumer, 10**6) > 0
     assert quotas.throttle_time_ms(request(ApiKey.ADD_PARTITIONS_TO_TXN, 4), None, 10) == 0

@@ -137,8 +137,8 @@ class ClientQuotas:
         api_key = request.header.api_key
         if request.plane == CONTROL_PLANE or api_key in EXEMPT_APIS:
             return 0
-        if api_key == ApiKey.FETCH and _replica_id(body) >= 0:
-            return 0  # a follower's fetch
+        if api_key == ApiKey.FETCH and body.replica_id >= 0:
+            return 0  # a follower's fetch (FetchRequestData has its id whichever version)
         if api_key == ApiKey.ADD_PARTITIONS_TO_TXN and request.header.api_version >= 4:
             return 0  # only brokers send these (ClusterAction)
         user = _quota_user(request.principal)
@@ -173,11 +173,6 @@ class ClientQuotas:
         if request_ms > 0:
             self.request.record_throttle(user, client_id, request_ms)
         return request_ms
-
-
-def _replica_id(body: Any) -> int:
-    state = getattr(body, "replica_state", None)
-    return int(state.replica_id if state is not None else getattr(body, "replica_id", -1))
 
 
 @functools.lru_cache(maxsize=1024)
