@@ -103,16 +103,23 @@ class SharePartition:
             self.end_offset = max(self.end_offset, last + 1)
         self.dirty = False
         """Changed since the state was last stored."""
+        self._available_from = start_offset
+        """No record before this offset is available (a hint, so a fetch need not look
+        through every record in flight)."""
+        self._locks_until = float("inf")
+        """No lock expires before this time (a lower bound)."""
         self._advance()
 
     # -- fetching ---------------------------------------------------------------------
 
     def next_fetch_offset(self) -> int:
         """Where a fetch reads from: the first available record, else the end offset."""
-        for offset in range(self.start_offset, self.end_offset):
+        for offset in range(max(self.start_offset, self._available_from), self.end_offset):
             record = self.records.get(offset)
             if record is not None and record.state is RecordState.AVAILABLE:
+                self._available_from = offset
                 return offset
+        self._available_from = self.end_offset
         return self.end_offset
 
     def can_acquire(self, fetchable_end: int) -> bool:
@@ -158,6 +165,8 @@ class SharePartition:
                 record.member_id = member_id
                 record.lock_deadline_ms = lock_deadline_ms
                 acquired.append((offset, record.delivery_count))
+        if acquired:
+            self._locks_until = min(self._locks_until, lock_deadline_ms)
         self._advance()
         return _ranges(acquired)
 
@@ -202,19 +211,19 @@ class SharePartition:
             if kind is AcknowledgeType.ACCEPT:
                 record.state = RecordState.ACKNOWLEDGED
             elif kind is AcknowledgeType.RELEASE:
-                self._release(record)
+                self._release(offset, record)
             else:  # REJECT, GAP
                 record.state = RecordState.ARCHIVED
             record.member_id = None
             self.dirty = True
         self._advance()
 
-    def _release(self, record: InFlightRecord) -> None:
-        record.state = (
-            RecordState.ARCHIVED
-            if record.delivery_count >= self.delivery_count_limit
-            else RecordState.AVAILABLE
-        )
+    def _release(self, offset: int, record: InFlightRecord) -> None:
+        if record.delivery_count >= self.delivery_count_limit:
+            record.state = RecordState.ARCHIVED
+        else:
+            record.state = RecordState.AVAILABLE
+            self._available_from = min(self._available_from, offset)
         record.member_id = None
         self.dirty = True
 
@@ -222,20 +231,27 @@ class SharePartition:
         """Every record ``member_id`` holds goes back (a member left, its session closed);
         returns how many."""
         released = 0
-        for record in self.records.values():
+        for offset, record in self.records.items():
             if record.state is RecordState.ACQUIRED and record.member_id == member_id:
-                self._release(record)
+                self._release(offset, record)
                 released += 1
         self._advance()
         return released
 
     def expire_locks(self, now_ms: float) -> int:
         """Acquired records whose lock expired go back; returns how many."""
+        if now_ms < self._locks_until:
+            return 0
         expired = 0
-        for record in self.records.values():
-            if record.state is RecordState.ACQUIRED and record.lock_deadline_ms <= now_ms:
-                self._release(record)
+        self._locks_until = float("inf")
+        for offset, record in self.records.items():
+            if record.state is not RecordState.ACQUIRED:
+                continue
+            if record.lock_deadline_ms <= now_ms:
+                self._release(offset, record)
                 expired += 1
+            else:
+                self._locks_until = min(self._locks_until, record.lock_deadline_ms)
         if expired:
             self._advance()
         return expired

@@ -150,8 +150,13 @@ class SharePartitionManager:
     ) -> tuple[SharePartition, Partition]:
         """The share partition of ``group_id`` on ``tp``, made or loaded when new here or
         when the leader epoch moved; KafkaError when ``tp`` is not led here."""
-        partition = self._replicas.leader_partition(tp)
         key = (group_id, tp)
+        try:
+            partition = self._replicas.leader_partition(tp)
+        except KafkaError:
+            with self._lock:  # led elsewhere now: a later leadership reads the stored state
+                self._partitions.pop(key, None)
+            raise
         with self._lock:
             found = self._partitions.get(key)
         if found is not None and found.leader_epoch == partition.leader_epoch:
