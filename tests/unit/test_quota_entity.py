@@ -5,7 +5,7 @@ encoded responses, and ``kplane configs``' quota command lines."""
 from __future__ import annotations
 
 import argparse
-import struct
+import uuid
 
 import pytest
 
@@ -26,6 +26,11 @@ from kplane.broker.quota.entity import (
 )
 from kplane.broker.quota.throttle_time import patch_throttle_time
 from kplane.protocol.api_keys import ApiKey
+from kplane.protocol.fetch_codec import (
+    FetchPartitionResult,
+    FetchTopicResult,
+    encode_fetch_response,
+)
 from kplane.protocol.produce_codec import TopicResult, encode_produce_response
 from kplane.tools.admin_session import UsageError
 from kplane.tools.configs import Command, Entity, add_parser, java_double, parse_command
@@ -123,12 +128,19 @@ def test_produce_throttle_time_patched(version: int) -> None:
     assert patched == encode_produce_response(version, topics, throttle_time_ms=1234)
 
 
-def test_fetch_throttle_time_patched() -> None:
-    head = struct.pack(">ihi", 0, 0, 0)
-    region = memoryview(b"records")
-    pieces = patch_throttle_time(ApiKey.FETCH, 12, [head, region], 250)
-    assert pieces[0] == struct.pack(">ihi", 250, 0, 0) and pieces[1] is region
-    assert patch_throttle_time(ApiKey.FETCH, 0, [head], 250) == [head]  # v0 has no field
+@pytest.mark.parametrize("version", [4, 12, 13, 16])
+def test_fetch_throttle_time_patched(version: int) -> None:
+    records = memoryview(b"stored batches")
+    topics = [
+        FetchTopicResult(
+            "t", uuid.UUID(int=1), [FetchPartitionResult(0, high_watermark=5, records=[records])]
+        )
+    ]
+    body = encode_fetch_response(version, topics)
+    patched = patch_throttle_time(ApiKey.FETCH, version, body, 250)
+    assert patched == encode_fetch_response(version, topics, throttle_time_ms=250)
+    assert patched[1] is records  # the stored batches are not copied
+    assert patch_throttle_time(ApiKey.FETCH, 0, body, 250) == body  # v0 has no field
 
 
 def test_java_double() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from kplane.broker.utils.file_region import Transferable
@@ -28,7 +29,7 @@ def with_throttle_time(body: Any, throttle_ms: int) -> Any | None:
 
 
 def patch_throttle_time(
-    api_key: int, version: int, pieces: list[Transferable], throttle_ms: int
+    api_key: int, version: int, pieces: Sequence[Transferable], throttle_ms: int
 ) -> list[Transferable]:
     """Body pieces of a Produce or Fetch response with ``throttle_time_ms`` set (unchanged
     for versions without the field, or pieces not laid out as expected)."""
@@ -46,4 +47,4 @@ def patch_throttle_time(
                     return [*pieces[:-1], data[:-5] + value + data[-1:]]
             elif len(data) >= 4:
                 return [*pieces[:-1], data[:-4] + value]
-    return pieces
+    return list(pieces)
