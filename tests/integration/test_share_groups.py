@@ -489,8 +489,11 @@ def share_fetch(
     topic_id: Any,
     epoch: int = 0,
     acks: tuple[tuple[int, int, int], ...] = (),
+    partitions: tuple[int, ...] = (0,),
+    max_records: int = 100,
 ) -> Any:
-    """One ShareFetch of partition 0 (``acks``: (first, last, type) batches)."""
+    """One ShareFetch of ``partitions`` (``acks``: (first, last, type) batches of the
+    first)."""
     with broker.wire("PLAINTEXT") as wire:
         return wire.request(
             ShareFetchRequest(
@@ -499,23 +502,24 @@ def share_fetch(
                 share_session_epoch=i32(epoch),
                 max_wait=i32Timedelta.parse(datetime.timedelta(0)),
                 min_bytes=i32(1),
-                max_records=i32(100),
-                batch_size=i32(100),
+                max_records=i32(max_records),
+                batch_size=i32(max_records),
                 topics=(
                     FetchTopic(
                         topic_id=topic_id,
-                        partitions=(
+                        partitions=tuple(
                             FetchPartition(
-                                partition_index=i32(0),
+                                partition_index=i32(index),
                                 acknowledgement_batches=tuple(
                                     AcknowledgementBatch(
                                         first_offset=i64(f),
                                         last_offset=i64(last),
                                         acknowledge_types=(i8(t),),
                                     )
-                                    for f, last, t in acks
+                                    for f, last, t in (acks if index == partitions[0] else ())
                                 ),
-                            ),
+                            )
+                            for index in partitions
                         ),
                     ),
                 ),
@@ -684,3 +688,24 @@ def test_a_leader_move_neither_loses_nor_repeats_accepted_records(kafka_cluster:
         rest = poll_until(second, 4, 60)
         rest += poll_until(second, 1, 3)
     assert sorted(m.value() for m in rest) == values[6:]
+
+
+def test_a_sessions_partitions_take_turns_at_max_records(broker: RunningBroker) -> None:
+    topic, group, member = "sg-turns", "sg-turns-group", str(uuid.uuid4())
+    broker.create_topic(topic, 2)
+    set_group_config(broker, group, share_auto_offset_reset="earliest")
+    for partition in (0, 1):
+        for _ in range(3):  # three batches each
+            produce_values(broker, topic, [b"r"] * 10, partition=partition)
+    topic_id = wait_until(lambda: broker.topics().get(topic), what="the topic")
+    assert heartbeat(broker, group, member, 0, (topic,)).error_code == ErrorCode.none
+    served: set[int] = set()
+    for epoch in (0, 1):
+        answer = share_fetch(
+            broker, group, member, topic_id, epoch=epoch, partitions=(0, 1), max_records=5
+        )
+        assert answer.error_code == ErrorCode.none
+        served |= {
+            p.partition_index for t in answer.responses for p in t.partitions if p.acquired_records
+        }
+    assert served == {0, 1}

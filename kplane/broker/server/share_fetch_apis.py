@@ -219,10 +219,12 @@ class ShareFetchApis:
         acks: Mapping[TopicPartition, KafkaError | None],
     ) -> None:
         req = ctx.body
+        tps = list(session.partitions)
+        turn = session.epoch % len(tps) if tps else 0  # each partition first in turn
         fetched = self.partitions.fetch(
             session.group_id,
             session.member_id,
-            list(session.partitions),
+            tps[turn:] + tps[:turn],
             int(req.max_bytes),
             int(req.max_records) if int(req.max_records) > 0 else 500,
         )
