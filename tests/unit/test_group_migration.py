@@ -223,3 +223,38 @@ def wait_until(predicate: Callable[[], bool]) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.01)
+
+
+def test_a_classic_static_member_replacing_the_last_consumer_one_downgrades(
+    timer: SystemTimer,
+) -> None:
+    """Kafka's downgrade on a static member's replacement: the classic member takes the
+    consumer-protocol member's place and partitions in a Stable classic group."""
+    coord = coordinator(timer)
+    try:
+        first = coord.consumer.heartbeat(
+            ConsumerGroupHeartbeat(
+                group_id=GROUP,
+                member_id="static-new",
+                member_epoch=0,
+                instance_id="i-1",
+                rebalance_timeout_ms=30_000,
+                subscribed_topic_names=("t",),
+                owned={},
+            )
+        )
+        assert first.error is ErrorCode.none and first.member_epoch == 1
+        done: Future[JoinGroupResult] = Future()
+        coord.join_group(
+            GROUP, "", "i-1", "classic", "/h", 30_000, 10_000, "consumer",
+            [("range", subscription())], done.set_result,
+        )  # fmt: skip
+        joined = done.result(WAIT)
+        assert (joined.error, joined.generation_id) == (ErrorCode.none, 1)
+        group = coord.groups.get(GROUP)
+        assert isinstance(group, ClassicGroup) and group.state.value == "Stable"
+        assert list(group.members) == [joined.member_id]
+        synced = classic_sync(coord, joined.member_id, 1)
+        assert synced.error is ErrorCode.none and partitions(synced.assignment) == [0, 1, 2, 3]
+    finally:
+        coord.shutdown()

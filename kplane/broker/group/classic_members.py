@@ -117,6 +117,7 @@ class ClassicMembers:
                 subscription = decode_subscription(protocols[0][1])
             except MalformedProtocol as exc:
                 raise KafkaError(ErrorCode.inconsistent_group_protocol, str(exc)) from None
+            replaced = group.static_member(instance_id) if instance_id is not None else None
             member, joined = self._member(group, member_id, instance_id, unknown)
             updated = dataclasses.replace(
                 member,
@@ -135,11 +136,19 @@ class ClassicMembers:
                 (ids[topic], (p,)) for topic, p in subscription.owned_partitions if topic in ids
             )
             reconciled = proto.update(group, member, updated, joined, owned, snapshot)
-            proto.persist(group)
-            proto.classic_joined(group, reconciled)
+            generation = reconciled.member_epoch
+            if (
+                replaced is not None
+                and replaced.member_id != member_id
+                and proto.downgrade_on_replace(group, replaced)
+            ):
+                generation = group.group_epoch  # the classic group's generation
+            else:
+                proto.persist(group)
+                proto.classic_joined(group, reconciled)
             return JoinGroupResult(
                 reconciled.member_id,
-                generation_id=reconciled.member_epoch,
+                generation_id=generation,
                 protocol_type=CONSUMER_PROTOCOL_TYPE,
                 protocol_name=protocols[0][0],
                 leader_id=NO_LEADER,
@@ -159,6 +168,11 @@ class ClassicMembers:
             )
         static = group.static_member(instance_id)
         if static is None:
+            if not unknown:
+                raise KafkaError(
+                    ErrorCode.unknown_member_id,
+                    f"Instance id {instance_id} is unknown in group {group.group_id}.",
+                )
             return ConsumerGroupMember(member_id), True
         if static.member_id == member_id:
             return static, False

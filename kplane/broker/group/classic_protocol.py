@@ -187,14 +187,15 @@ class ClassicGroupProtocol:
             self.groups.defer(sync, SyncGroupResult(ErrorCode.rebalance_in_progress))
         self.shutdown(group)
 
-    def adopt(self, group: ClassicGroup, reason: str) -> None:
+    def adopt(self, group: ClassicGroup, rebalance: str | None) -> None:
         """``group`` was a consumer group (an online downgrade) and is Stable at its last
-        group epoch: its members' sessions start and a rebalance begins, so that they
-        rejoin and their leader assigns (Kafka's convertToClassicGroup)."""
+        group epoch: its members' sessions start and, given a reason, a rebalance begins,
+        so that they rejoin and their leader assigns (Kafka's convertToClassicGroup)."""
         with group.lock:
             for member in group.all_members():
                 self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
-            self._prepare_rebalance(group, reason)
+            if rebalance is not None:
+                self._prepare_rebalance(group, rebalance)
 
     def on_offset_commit(self, group: ClassicGroup, member_id: str) -> None:
         """A member's commit counts as a heartbeat while the group is Stable or rebalancing."""

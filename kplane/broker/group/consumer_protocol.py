@@ -241,7 +241,10 @@ class ConsumerGroupProtocol:
             if req.member_epoch == 0:
                 if static is None or static.member_id == req.member_id:
                     return (static, False) if static else (ConsumerGroupMember(req.member_id), True)
-                if static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                if (
+                    static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH
+                    and static.classic is None
+                ):
                     raise KafkaError(
                         ErrorCode.unreleased_instance_id,
                         f"Static member {static.member_id} with instance id {req.instance_id} "
@@ -569,12 +572,15 @@ class ConsumerGroupProtocol:
         )
         return converted
 
-    def _may_downgrade(self, group: ConsumerGroup, leaving: ConsumerGroupMember) -> bool:
+    def _may_downgrade(
+        self, group: ConsumerGroup, leaving: ConsumerGroupMember, replaced: bool = False
+    ) -> bool:
         """Whether the group becomes a classic group when ``leaving`` goes: it is the last
-        member speaking the consumer protocol, others stay, the policy allows it and they
-        fit group.max.size (Kafka's validateOnlineDowngradeWithFencedMember)."""
+        member speaking the consumer protocol, others stay (or ``replaced``: a classic
+        static member took its place), the policy allows it and they fit group.max.size
+        (Kafka's validateOnlineDowngradeWithFencedMember and ...WithReplacedMemberId)."""
         others = [m for m in group.members.values() if m.member_id != leaving.member_id]
-        if leaving.classic is not None or not others or self._classic is None:
+        if leaving.classic is not None or not (others or replaced) or self._classic is None:
             return False
         if any(m.classic is None for m in others):
             return False
@@ -594,13 +600,27 @@ class ConsumerGroupProtocol:
             return False
         return True
 
-    def _downgrade(self, group: ConsumerGroup, leaving_id: str, reason: str) -> None:
+    def downgrade_on_replace(self, group: ConsumerGroup, replaced: ConsumerGroupMember) -> bool:
+        """A classic static member took the place of ``replaced`` (already out of the
+        group, its target the joining member's): when that was the last consumer-protocol
+        member and the policy allows, the group becomes a classic group, Stable, the
+        joining member holding that target (no rebalance). Whether it happened."""
+        if not self._may_downgrade(group, replaced, replaced=True):
+            return False
+        return self._downgrade(
+            group, replaced.member_id, "a classic static member replaced it", rebalance=False
+        )
+
+    def _downgrade(
+        self, group: ConsumerGroup, leaving_id: str, reason: str, rebalance: bool = True
+    ) -> bool:
         """The group's last consumer-protocol member goes and the group becomes a classic
-        group of the others, which rebalances (the caller holds the lock)."""
+        group of the others, which rebalances unless told not to (the caller holds the
+        lock). Whether it happened."""
         assert self._classic is not None
         converted = classic_group_from_consumer(group, leaving_id, self._topics())
         if not self.groups.replace(group, converted):  # its timers stop, its state goes
-            return
+            return False
         group.mark_dead()
         log.info(
             "downgraded consumer group to classic group",
@@ -611,8 +631,10 @@ class ConsumerGroupProtocol:
             reason=reason,
         )
         self._classic.adopt(
-            converted, f"Downgrade group {group.group_id} from consumer to classic."
+            converted,
+            f"Downgrade group {group.group_id} from consumer to classic." if rebalance else None,
         )
+        return True
 
     # -- the store ----------------------------------------------------------------------
 
