@@ -178,6 +178,12 @@ def test_the_policy_refuses_an_upgrade_or_a_downgrade(timer: SystemTimer) -> Non
         assert consumer_heartbeat(kept, "new", 0).error is ErrorCode.none
         joined = classic_join(kept)  # a classic member joins a consumer group whatever the policy
         assert joined.error is ErrorCode.none and joined.protocol_name == "range"
+        other: Future[JoinGroupResult] = Future()
+        kept.join_group(
+            GROUP, "", None, "classic", "/h", 30_000, 10_000, "consumer",
+            [("roundrobin", subscription())], other.set_result, require_known_member_id=False,
+        )  # fmt: skip
+        assert other.result(WAIT).error is ErrorCode.inconsistent_group_protocol
         assert consumer_heartbeat(kept, "new", -1).error is ErrorCode.none
         group = kept.groups.get(GROUP)
         assert isinstance(group, ConsumerGroup) and list(group.members) == [joined.member_id]

@@ -109,7 +109,7 @@ class ClassicMembers:
             if unknown:
                 member_id = str(uuid.uuid4())
             proto.check_size(group, member_id, instance_id)
-            if protocol_type != CONSUMER_PROTOCOL_TYPE or not protocols:
+            if not _supports(group, protocol_type, protocols):
                 raise KafkaError(ErrorCode.inconsistent_group_protocol)
             if unknown and require_known_member_id and instance_id is None:
                 return JoinGroupResult(member_id, ErrorCode.member_id_required)
@@ -303,3 +303,17 @@ class ClassicMembers:
                     error = exc.code
                 results.append(MemberLeaveResult(member_id, identity.group_instance_id, error))
         return LeaveGroupResult(ErrorCode.none, tuple(results))
+
+
+def _supports(
+    group: ConsumerGroup, protocol_type: str, protocols: Sequence[tuple[str, bytes]]
+) -> bool:
+    """Whether a classic member may join (Kafka's supportsClassicProtocols): it embeds the
+    consumer protocol and shares one protocol with every classic member already in."""
+    if protocol_type != CONSUMER_PROTOCOL_TYPE or not protocols:
+        return False
+    classic = [m.classic for m in group.members.values() if m.classic is not None]
+    return any(
+        all(any(name == theirs for theirs, _ in c.protocols) for c in classic)
+        for name, _ in protocols
+    )
