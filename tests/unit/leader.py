@@ -36,6 +36,8 @@ TOPIC = "t"
 class Answers:
     """The channel a RequestContext answers through: keeps what it was given."""
 
+    throttler = None  # no client quotas
+
     def __init__(self) -> None:
         self.responses: list[Response] = []
 

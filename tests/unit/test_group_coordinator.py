@@ -558,6 +558,8 @@ def test_offsets_expire_for_empty_groups(coord: GroupCoordinator) -> None:
 
 
 class _Channel:
+    throttler = None  # no client quotas
+
     def __init__(self) -> None:
         self.responses: list[Response] = []
         self.event = threading.Event()

@@ -210,7 +210,7 @@ class RequestContext:
 
     def _throttle_ms(self, response_bytes: int) -> int:
         """What the client quotas make of this answer (KIP-219): ms to throttle."""
-        throttler = getattr(self._channel, "throttler", None)  # channels of unit tests lack it
+        throttler = self._channel.throttler
         if throttler is None:
             return 0
         return throttler.throttle_time_ms(self.request, self.body, response_bytes)
