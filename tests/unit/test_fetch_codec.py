@@ -132,7 +132,9 @@ aborted = st.none() | st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2
 partitions = st.lists(
     st.tuples(st.integers(0, 50), st.sampled_from([0, 1, 6]), aborted, batches), max_size=3
 )
-topics = st.lists(st.tuples(st.text("abcxyz\u00e9", min_size=1, max_size=8), partitions), max_size=3)
+topics = st.lists(
+    st.tuples(st.text("abcxyz\u00e9", min_size=1, max_size=8), partitions), max_size=3
+)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -167,9 +169,7 @@ def test_responses_are_what_kio_encodes(version: int, topics: list, throttle_ms:
                             aborted_transactions=None
                             if txns is None
                             else tuple(
-                                api.make(
-                                    module.AbortedTransaction, producer_id=p, first_offset=f
-                                )
+                                api.make(module.AbortedTransaction, producer_id=p, first_offset=f)
                                 for p, f in txns
                             ),
                             preferred_read_replica=-1,
