@@ -709,3 +709,23 @@ def test_a_sessions_partitions_take_turns_at_max_records(broker: RunningBroker) 
             p.partition_index for t in answer.responses for p in t.partitions if p.acquired_records
         }
     assert served == {0, 1}
+
+
+def test_a_deleted_topics_share_state_goes_with_it(broker: RunningBroker) -> None:
+    topic, group, member = "sg-deleted", "sg-deleted-group", str(uuid.uuid4())
+    broker.create_topic(topic, 1)
+    set_group_config(broker, group, share_auto_offset_reset="earliest")
+    produce_values(broker, topic, [b"a", b"b"], partition=0)
+    topic_id = wait_until(lambda: broker.topics().get(topic), what="the topic")
+    assert heartbeat(broker, group, member, 0, (topic,)).error_code == ErrorCode.none
+    fetched = share_fetch(broker, group, member, topic_id)
+    assert fetched.responses[0].partitions[0].acquired_records
+    assert share_fetch(broker, group, member, topic_id, epoch=1, acks=((0, 1, 1),)).error_code == (
+        ErrorCode.none
+    )
+    node = f"/share_groups/{group}"
+    assert broker.znode_children(node) == [topic]
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap()})
+    for future in admin.delete_topics([topic]).values():
+        future.result(30)
+    wait_until(lambda: broker.znode_children(node) == [], 30, "the topic's share state gone")

@@ -308,6 +308,12 @@ class KafkaServer:
             self.share_partitions.release(group_id, member_id)
 
         self.group_coordinator.share.add_member_listener(member_fenced)
+
+        def topic_changed(name: str) -> None:
+            if name not in self.cache.snapshot.topics:
+                self.share_partitions.topic_deleted(name)
+
+        self.cache.add_topic_listener(topic_changed)
         self.group_coordinator.share_group_deleted.append(self.share_partitions.delete_group)
 
     def _start_replication(self, config: KafkaConfig) -> None:

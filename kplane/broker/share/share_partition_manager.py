@@ -427,6 +427,17 @@ class SharePartitionManager:
             with self._write_lock:
                 self._store.delete(group_id)
 
+    def topic_deleted(self, topic: str) -> None:
+        """``topic`` is gone: every group's share partitions of it and their stored state
+        (a topic made again under the name starts afresh)."""
+        with self._lock:
+            for key in [k for k in self._partitions if k[1].topic == topic]:
+                del self._partitions[key]
+        if self._store is not None:
+            with self._write_lock:
+                self._store.delete_topic(topic)
+        log.info("share-partition state of a deleted topic removed", topic=topic)
+
     def _persist(
         self, touched: Sequence[tuple[tuple[str, TopicPartition], SharePartition]]
     ) -> None:

@@ -2,7 +2,8 @@
 metadata store, ``/share_groups/<group>/<topic>/<partition>`` (the group id quoted as one
 znode name), in place of Kafka's ``__share_group_state`` topic. A leader reads it when it
 first serves the partition to the group and writes it whenever a request settled records;
-a group's documents go when the group is deleted."""
+a group's documents go when the group is deleted, every group's of a topic when the topic
+is."""
 
 from __future__ import annotations
 
@@ -58,6 +59,13 @@ class ShareStateStore:
             for tp in tps:
                 with contextlib.suppress(NoNodeError):
                     self._store.delete(_path(group_id, tp))
+
+    def delete_topic(self, topic: str) -> None:
+        """Remove every group's documents of ``topic`` (the topic was deleted)."""
+        with self._store.batch():
+            for group_id in self.group_ids():
+                with contextlib.suppress(NoNodeError):
+                    self._store.delete(f"{_group_path(group_id)}/{topic}", recursive=True)
 
     def partitions(self, group_id: str) -> list[TopicPartition]:
         """The partitions with stored state of ``group_id``."""
