@@ -3,13 +3,17 @@
 A member opens a session with epoch 0 (a full request naming its partitions), then each
 request names the next epoch and only the partitions it adds or forgets; epoch -1 closes
 it. A missing session is SHARE_SESSION_NOT_FOUND, a wrong epoch
-INVALID_SHARE_SESSION_EPOCH.
+INVALID_SHARE_SESSION_EPOCH. The cache holds Kafka's default number of sessions
+(group.share.max.groups x group.share.max.size, 10 x 200); when full, a new session takes
+the place of the least recently used one if that was idle for two minutes (Kafka's
+eviction), else it is SHARE_SESSION_LIMIT_REACHED.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kplane.broker.log.partition import TopicPartition
@@ -17,6 +21,7 @@ from kplane.protocol.errors import ErrorCode, KafkaError
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
+EVICTION_MS = 120_000
 
 
 @dataclass(eq=False)
@@ -27,15 +32,24 @@ class ShareSession:
     """The epoch the next request must name."""
     partitions: dict[TopicPartition, None] = field(default_factory=dict)
     """The session's partitions, in the order they were added."""
+    last_used_ms: float = 0.0
 
 
 class ShareSessionCache:
     """Sessions by (group id, member id), at most ``max_sessions`` of them."""
 
-    def __init__(self, max_sessions: int = 2000) -> None:
+    def __init__(
+        self,
+        max_sessions: int = 2000,
+        eviction_ms: float = EVICTION_MS,
+        clock: Callable[[], float] = lambda: time.monotonic() * 1000.0,
+    ) -> None:
         self._sessions: dict[tuple[str, str], ShareSession] = {}
+        """By key, the least recently used first."""
         self._lock = threading.Lock()
         self.max_sessions = max_sessions
+        self._eviction_ms = eviction_ms
+        self._clock = clock
 
     def open(
         self, group_id: str, member_id: str, partitions: Iterable[TopicPartition]
@@ -43,14 +57,19 @@ class ShareSessionCache:
         """A new session (epoch 0), replacing the member's old one;
         SHARE_SESSION_LIMIT_REACHED when the cache is full."""
         key = (group_id, member_id)
+        now = self._clock()
         with self._lock:
-            if key not in self._sessions and len(self._sessions) >= self.max_sessions:
-                raise KafkaError(
-                    ErrorCode.share_session_limit_reached,
-                    f"The limit of {self.max_sessions} share sessions has been reached.",
-                )
+            self._sessions.pop(key, None)
+            if len(self._sessions) >= self.max_sessions:
+                oldest_key, oldest = next(iter(self._sessions.items()))
+                if now - oldest.last_used_ms <= self._eviction_ms:
+                    raise KafkaError(
+                        ErrorCode.share_session_limit_reached,
+                        f"The limit of {self.max_sessions} share sessions has been reached.",
+                    )
+                del self._sessions[oldest_key]
             session = self._sessions[key] = ShareSession(
-                group_id, member_id, partitions=dict.fromkeys(partitions)
+                group_id, member_id, partitions=dict.fromkeys(partitions), last_used_ms=now
             )
             return session
 
@@ -69,6 +88,9 @@ class ShareSessionCache:
                     f"Share session epoch {epoch} is not the expected {session.epoch}.",
                 )
             session.epoch += 1
+            session.last_used_ms = self._clock()
+            del self._sessions[(group_id, member_id)]  # now the most recently used
+            self._sessions[(group_id, member_id)] = session
             return session
 
     def close(self, group_id: str, member_id: str) -> ShareSession | None:
