@@ -128,6 +128,19 @@ def test_starting_and_ending_offsets_by_json(spark: Any, broker: RunningBroker) 
     assigned = source(spark, broker, assign=json.dumps({"ranged": [1]}))
     assert {r.partition for r in assigned.select("partition").collect()} == {1}
     assert assigned.count() == 30
+    broker.create_topic("timed", partitions=1)
+    producer = ConfluentProducer({"bootstrap.servers": broker.bootstrap()})
+    for i in range(10):
+        producer.produce("timed", b"t%d" % i, partition=0, timestamp=1_700_000_000_000 + 1000 * i)
+    assert producer.flush(30) == 0
+    between = source(
+        spark,
+        broker,
+        subscribe="timed",
+        startingTimestamp=str(1_700_000_004_500),
+        endingOffsetsByTimestamp=json.dumps({"timed": {"0": 1_700_000_008_000}}),
+    )
+    assert sorted(r.offset for r in between.select("offset").collect()) == [5, 6, 7]
 
 
 def test_refused_option_is_an_error(spark: Any, broker: RunningBroker) -> None:
