@@ -31,6 +31,7 @@ from kplane.common.network.config import ClientConfig
 from kplane.spark.options import ReadOptions
 from kplane.spark.planning import OffsetRange, report_data_loss
 from kplane.spark.schema import arrow_schema
+from kplane.spark.worker_logs import quiet_client_logs
 
 POLL_MS = 500
 
@@ -39,6 +40,7 @@ def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBat
     """The records of ``part`` as Arrow record batches."""
     if part.size <= 0:
         return
+    quiet_client_logs()
     loop = asyncio.new_event_loop()
     config = ClientConfig.from_properties(options.client)
     client = KafkaClient(config)

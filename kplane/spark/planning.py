@@ -25,6 +25,7 @@ from kplane.client.kafka_client import KafkaClient
 from kplane.common.network.config import ClientConfig
 from kplane.protocol.errors import KafkaError
 from kplane.spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions
+from kplane.spark.worker_logs import quiet_client_logs
 
 log = structlog.get_logger(__name__)
 
@@ -128,6 +129,7 @@ class Planner:
     """The driver's view of the cluster for one read: its partitions and their offsets."""
 
     def __init__(self, options: ReadOptions) -> None:
+        quiet_client_logs()
         self.options = options
         self.loop = asyncio.new_event_loop()
         self.client = KafkaClient(ClientConfig.from_properties(options.client))

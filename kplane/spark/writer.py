@@ -26,6 +26,7 @@ from kplane.client.kafka_client import KafkaClient
 from kplane.client.producer import Producer
 from kplane.common.network.config import ClientConfig
 from kplane.spark.options import WriteOptions
+from kplane.spark.worker_logs import quiet_client_logs
 
 
 @dataclass
@@ -61,6 +62,7 @@ def _bytes(value: Any) -> bytes | None:
 
 def produce_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> Written:
     """Produce every row of ``batches``; the count once all are acknowledged."""
+    quiet_client_logs()
 
     async def produce() -> int:
         client = KafkaClient(ClientConfig.from_properties(options.client))
