@@ -103,6 +103,8 @@ class SharePartition:
             self.end_offset = max(self.end_offset, last + 1)
         self.dirty = False
         """Changed since the state was last stored."""
+        self.stored = True
+        """Whether the store holds a document of this state (False for a new one)."""
         self._available_from = start_offset
         """No record before this offset is available (a hint, so a fetch need not look
         through every record in flight)."""

@@ -8,7 +8,8 @@ duration>``). It is made again when the partition's leader epoch moved (the lead
 elsewhere and came back: another leader may have written since). A fetch reads whole
 batches with :meth:`ReplicaManager.read` from the first record it can acquire, at the
 group's ``share.isolation.level``, and acquires records of them; an acknowledgement settles
-them. State that changed is written before the request is answered.
+them. What an acknowledgement or a release changed, and a new share partition's start, is
+written before the request is answered.
 """
 
 from __future__ import annotations
@@ -199,7 +200,7 @@ class SharePartitionManager:
             )
         else:
             made = SharePartition(self._initial_offset(group_id, partition), **limits)
-            made.dirty = True
+            made.dirty, made.stored = True, False
             log.info(
                 "share partition initialized",
                 group=group_id,
@@ -269,7 +270,7 @@ class SharePartitionManager:
             out[tp] = result
             records_left -= sum(a.last_offset - a.first_offset + 1 for a in result.acquired)
             bytes_left -= len(result.records)
-        self._persist(touched)
+        self._persist(touched, new_only=True)
         return out
 
     def _acquire(
@@ -439,18 +440,26 @@ class SharePartitionManager:
         log.info("share-partition state of a deleted topic removed", topic=topic)
 
     def _persist(
-        self, touched: Sequence[tuple[tuple[str, TopicPartition], SharePartition]]
+        self,
+        touched: Sequence[tuple[tuple[str, TopicPartition], SharePartition]],
+        new_only: bool = False,
     ) -> None:
-        """Write the state of the share partitions that changed, together."""
+        """Write the state of the share partitions that changed, together (``new_only``:
+        of those the store has no document of yet; a fetch alone changes nothing that
+        cannot be found again: locks that expired, archived control records and aborted
+        transactions, a log start that moved, which go with the next write)."""
         if self._store is None:
             return
         with self._write_lock:
             docs = {}
+            new = set()
             for key, sp in touched:
                 with sp.lock:
-                    if sp.dirty:
+                    if sp.dirty and not (new_only and sp.stored):
                         docs[key] = sp.to_json()
-                        sp.dirty = False
+                        if not sp.stored:
+                            new.add(key)
+                        sp.dirty, sp.stored = False, True
             if not docs:
                 return
             try:
@@ -458,7 +467,7 @@ class SharePartitionManager:
             except StoreError as exc:
                 for key, sp in touched:
                     if key in docs:
-                        sp.dirty = True
+                        sp.dirty, sp.stored = True, key not in new
                 self._not_written.record(error=str(exc))
 
 
