@@ -5,6 +5,7 @@ time, the broker's throttle metrics), live changes, the control plane never thro
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import sys
@@ -27,9 +28,17 @@ from kplane.client.quota_admin import (
 )
 from kplane.common.network.config import ClientConfig
 from kplane.protocol import api
+from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode, KafkaError
+from kplane.protocol.records import scan_batches
 from kplane.testing.plugin import RunningBroker
-from tests.integration.helpers import PLAIN_USERS_JAAS, command_config, secured_broker_overrides
+from kplane.testing.wire import WireClient
+from tests.integration.helpers import (
+    PLAIN_USERS_JAAS,
+    command_config,
+    fetch_request,
+    secured_broker_overrides,
+)
 from tests.integration.test_log_dirs import platformatic  # noqa: F401 (the npm fixture)
 from tests.repo import REPO_ROOT
 
@@ -495,3 +504,136 @@ def test_a_change_applies_on_every_broker(kafka_cluster: Callable[..., Any]) -> 
     assert by_broker.get(second.broker_id, 0) > 0
     held = metric(second, "kafka_server_produce_throttle_time", user="", client_id="slow")
     assert held is not None and held > 0
+
+
+# controller mutation quotas (KIP-599) ------------------------------------------------------
+def topic_request(api_key: int, version: int, **fields: Any) -> Any:
+    """A CreateTopics, DeleteTopics or CreatePartitions of ``version`` (nested entities given
+    as (entity name, values) pairs)."""
+    module = api.request_module(api_key, version)
+
+    def made(value: Any) -> Any:
+        if isinstance(value, tuple) and value and isinstance(value[0], tuple):
+            return tuple(api.make(getattr(module, name), **values) for name, values in value)
+        return value
+
+    return api.make(
+        api.request_class(api_key, version), **{k: made(v) for k, v in fields.items()}
+    )
+
+
+def create_topics(wire: WireClient, version: int, partitions: dict[str, int]) -> Any:
+    return wire.request(topic_request(
+        ApiKey.CREATE_TOPICS, version,
+        topics=tuple(
+            ("CreatableTopic", {"name": name, "num_partitions": count, "replication_factor": 1,
+                                "assignments": (), "configs": ()})
+            for name, count in partitions.items()
+        ),
+        timeout=datetime.timedelta(seconds=30), validate_only=False,
+    ))
+
+
+def throttle_ms(response: Any) -> int:
+    return int(response.throttle_time.total_seconds() * 1000)
+
+
+async def test_controller_mutation_rate_strict_and_permissive(
+    quotas: QuotaAdmin, broker: RunningBroker
+) -> None:
+    """controller_mutation_rate=1: a token bucket of 1 * 11 windows * 1 s = 11 partitions.
+    A strict CreateTopics (v6+) makes the topics while tokens are left and refuses the rest
+    with THROTTLING_QUOTA_EXCEEDED and a throttle; an older one makes every topic and is
+    throttled; DeleteTopics (v5+) and CreatePartitions (v3+) are refused likewise."""
+    host, port = broker.address()
+    await quotas.alter_client_quotas([
+        Alteration((("client-id", "strict"),), {"controller_mutation_rate": 1.0}),
+        Alteration((("client-id", "permissive"),), {"controller_mutation_rate": 1.0}),
+    ])
+    with WireClient(host, port, client_id="strict") as wire:
+        answer = create_topics(wire, 7, {"cm-a": 10, "cm-b": 10, "cm-c": 10})
+    errors = {t.name: t.error_code for t in answer.topics}
+    assert errors == {
+        "cm-a": ErrorCode.none, "cm-b": ErrorCode.none,
+        "cm-c": ErrorCode.throttling_quota_exceeded,
+    }
+    assert 8_000 < throttle_ms(answer) <= 9_000  # 9 tokens short at 1/s
+    refused = next(t for t in answer.topics if t.name == "cm-c")
+    assert refused.error_message == "The throttling quota has been exceeded."
+    assert broker.topic_metadata("cm-c").error_code == ErrorCode.unknown_topic_or_partition
+    held = metric(broker, "kafka_server_controllermutation_throttle_time", user="",
+                  client_id="strict")
+    assert held is not None and held > 0
+    tokens = metric(broker, "kafka_server_controllermutation_tokens", user="", client_id="strict")
+    assert tokens is not None and tokens < 0
+    # the bucket is still empty: a strict DeleteTopics and CreatePartitions are refused
+    with WireClient(host, port, client_id="strict") as wire:
+        deleted = wire.request(topic_request(
+            ApiKey.DELETE_TOPICS, 6, topics=(("DeleteTopicState", {"name": "cm-a",
+                                                                   "topic_id": None}),),
+            timeout=datetime.timedelta(seconds=30),
+        ))
+    (result,) = deleted.responses
+    assert result.error_code == ErrorCode.throttling_quota_exceeded and throttle_ms(deleted) > 0
+    strict = KafkaClient(ClientConfig.from_properties(
+        {"bootstrap.servers": broker.bootstrap(), "client.id": "strict"}
+    ))
+    await strict.start()
+    try:
+        grown = await Admin(strict).create_partitions({"cm-b": 12})
+    finally:
+        await strict.close()
+    assert grown["cm-b"] is not None
+    assert grown["cm-b"].code == ErrorCode.throttling_quota_exceeded
+    # permissive (CreateTopics v5): every topic is made, the response throttled
+    with WireClient(host, port, client_id="permissive") as wire:
+        answer = create_topics(wire, 5, {"cp-a": 10, "cp-b": 10, "cp-c": 10})
+    assert all(t.error_code == ErrorCode.none for t in answer.topics)
+    assert 18_000 < throttle_ms(answer) <= 19_000  # 19 tokens short
+    # a client no quota names is not limited
+    with broker.wire() as wire:
+        answer = create_topics(wire, 7, {"free-a": 20, "free-b": 20})
+    assert all(t.error_code == ErrorCode.none for t in answer.topics)
+    assert throttle_ms(answer) == 0
+
+
+async def test_throttled_fetch_is_answered_empty_and_capped(
+    quotas: QuotaAdmin, broker: RunningBroker
+) -> None:
+    """Kafka's handleFetchRequest under consumer_byte_rate=20480: a fetch reads at most what
+    the quota window allows (20480 B/s over 10 windows), a fetch the quota throttles is
+    answered with no partitions and the throttle time (its bytes not counted), and the
+    consumer still reads every record."""
+    broker.create_topic("capped", 1)
+    filler = Producer({"bootstrap.servers": broker.bootstrap(), "batch.num.messages": 1})
+    for i in range(60):
+        filler.produce("capped", f"{i:05d}".encode().ljust(5000, b"z"))
+        filler.poll(0)
+    assert filler.flush(60) == 0
+    await quotas.alter_client_quotas(
+        [Alteration((("client-id", "capped-reader"),), {"consumer_byte_rate": 20480.0})]
+    )
+    host, port = broker.address()
+    offset, empty, sizes = 0, 0, []
+    deadline = time.monotonic() + DEADLINE_S
+    with WireClient(host, port, client_id="capped-reader", timeout=DEADLINE_S) as wire:
+        while offset < 60:
+            assert time.monotonic() < deadline, f"read {offset} of 60 records"
+            response = wire.request(fetch_request("capped", offset))
+            if not response.responses:
+                empty += 1
+                assert throttle_ms(response) > 0
+                continue
+            (topic,) = response.responses
+            (part,) = topic.partitions
+            assert part.error_code == ErrorCode.none
+            records = part.records or b""
+            sizes.append(len(records))
+            batches = scan_batches(records)
+            assert batches and batches[0].base_offset == offset
+            offset = batches[-1].base_offset + batches[-1].last_offset_delta + 1
+    assert empty > 0, sizes  # throttled on the way
+    assert max(sizes) <= 204_800, sizes  # never more than the quota window allows
+    throttled = metric(broker, "kafka_server_fetch_throttle_time", user="",
+                       client_id="capped-reader")
+    assert throttled is not None and throttled > 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import uuid
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ from kplane.broker.quota.entity import (
     validate_value,
 )
 from kplane.broker.quota.throttle_time import patch_throttle_time
+from kplane.protocol import api
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.fetch_codec import (
     FetchPartitionResult,
@@ -129,7 +131,9 @@ def test_produce_throttle_time_patched(version: int) -> None:
 
 
 @pytest.mark.parametrize("version", [4, 12, 13, 16])
-def test_fetch_throttle_time_patched(version: int) -> None:
+def test_throttled_fetch_answered_empty(version: int) -> None:
+    """Kafka's handleFetchRequest: a throttled consumer's Fetch gets no partitions, only
+    the throttle time (its bytes are not counted: see test_quota_throttle)."""
     records = memoryview(b"stored batches")
     topics = [
         FetchTopicResult(
@@ -138,9 +142,16 @@ def test_fetch_throttle_time_patched(version: int) -> None:
     ]
     body = encode_fetch_response(version, topics)
     patched = patch_throttle_time(ApiKey.FETCH, version, body, 250)
-    assert patched == encode_fetch_response(version, topics, throttle_time_ms=250)
-    assert patched[1] is records  # the stored batches are not copied
+    assert patched == encode_fetch_response(version, [], throttle_time_ms=250)
+    assert decode_fetch_response(version, patched) == (250, 0)
     assert patch_throttle_time(ApiKey.FETCH, 0, body, 250) == body  # v0 has no field
+
+
+def decode_fetch_response(version: int, pieces: list[Any]) -> tuple[int, int]:
+    """(throttle_time_ms, number of topics) of a Fetch response body, through kio."""
+    data = b"".join(bytes(p) for p in pieces)
+    response = api.decode_response(ApiKey.FETCH, version, data, 0)
+    return int(response.throttle_time.total_seconds() * 1000), len(response.responses)
 
 
 def test_java_double() -> None:

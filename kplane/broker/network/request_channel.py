@@ -66,6 +66,9 @@ class Request:
     record_network_time: Callable[[int], None] | None = None
     """Set by the request quota: given the ns the network thread spent sending the
     response (Kafka's recordNetworkThreadTimeCallback)."""
+    api_throttle_ms: Callable[[], int] | None = None
+    """Set by a controller mutation quota (KIP-599): the throttle the request earned,
+    asked when its response is made."""
     _on_disconnect: Callable[[], object] | None = None
 
     def on_disconnect(self, callback: Callable[[], object]) -> None:

@@ -2,13 +2,17 @@
 pays for its request (KIP-219).
 
 One ClientQuotaManager per kind: produce (``producer_byte_rate``, over the request's
-bytes), fetch (``consumer_byte_rate``, over the response's bytes) and request
+bytes), fetch (``consumer_byte_rate``, over the response's bytes), request
 (``request_percentage``, over the time the handler and network threads spent on the
-request, as a percentage of one thread). When a response is handed back, each kind records
-its value; the largest throttle goes into the response's ``throttle_time_ms`` at once and
-the connection is muted for that long. Controller requests, followers' fetches, the
-brokers' AddPartitionsToTxn (v4+) and the control plane are never throttled; an acks=0
-Produce only by its bytes.
+request, as a percentage of one thread) and controller mutation
+(``controller_mutation_rate``, over the partitions CreateTopics, DeleteTopics and
+CreatePartitions change: see ``controller_mutation``). When a response is handed back,
+each kind records its value; the largest throttle goes into the response's
+``throttle_time_ms`` at once and the connection is muted for that long. A throttled
+consumer's Fetch is answered empty and its bytes are not counted (Kafka's
+handleFetchRequest). Controller requests, followers' fetches, the brokers'
+AddPartitionsToTxn (v4+) and the control plane are never throttled; an acks=0 Produce only
+by its bytes.
 
 Configs come from the metadata store (``ClientQuotaStore``) at start-up and from change
 notifications; IP entities' ``connection_creation_rate`` goes to ConnectionQuotas
@@ -27,9 +31,12 @@ import structlog
 from kplane.broker.config.kafka_config import KafkaConfig
 from kplane.broker.metrics.registry import CONTROL_PLANE, BrokerMetrics
 from kplane.broker.network.request_channel import Request
+from kplane.broker.quota.controller_mutation import (
+    ControllerMutationQuota,
+    ControllerMutationQuotaManager,
+)
 from kplane.broker.quota.entity import (
     CLIENT_ID,
-    CONTROLLER_MUTATION_RATE,
     IP,
     IP_CONNECTION_RATE,
     USER,
@@ -83,8 +90,8 @@ class ClientQuotas:
         self.request = ClientQuotaManager(
             QuotaKind.REQUEST, samples, window_s, metrics, max_throttle_ms=window_s * 1000.0
         )
-        self.managers = (self.produce, self.fetch, self.request)
-        self._unenforced_said = False
+        self.controller_mutation = ControllerMutationQuotaManager(samples, window_s, metrics)
+        self.managers = (self.produce, self.fetch, self.request, self.controller_mutation)
         self._applied: set[QuotaEntity] = set()
 
     # configs ---------------------------------------------------------------------------
@@ -121,18 +128,31 @@ class ClientQuotas:
         for manager in self.managers:  # as Kafka's config handlers: every kind, each time
             bound = values.get(manager.kind.config_key)
             manager.update_quota(sanitized, client_id, has_user, has_client, bound)
-        if CONTROLLER_MUTATION_RATE in values and not self._unenforced_said:
-            self._unenforced_said = True
-            log.warning(
-                "controller_mutation_rate is stored and described but not enforced: kplane "
-                "does not throttle CreateTopics, DeleteTopics or CreatePartitions",
-                entity=str(entity),
-            )
+
+    # controller mutations (KIP-599) ----------------------------------------------------
+    def controller_mutation_quota(
+        self, request: Request, strict_since: int
+    ) -> ControllerMutationQuota | None:
+        """The mutation quota of one CreateTopics, DeleteTopics or CreatePartitions (strict
+        from ``strict_since`` on), its throttle handed to the response; ``None`` when it is
+        not limited (no such quota was ever set, or the control plane)."""
+        if not self.controller_mutation.enabled or request.plane == CONTROL_PLANE:
+            return None
+        quota = self.controller_mutation.quota_for(
+            _quota_user(request.principal),
+            request.header.client_id or "",
+            request.header.api_version >= strict_since,
+        )
+        if quota is not None:
+            request.api_throttle_ms = quota.throttle_time_ms
+        return quota
 
     # the response path (RequestChannel's ResponseThrottler) ----------------------------
     def throttle_time_ms(self, request: Request, body: Any, response_bytes: int) -> int:
         """Record the request against the client's quotas; the throttle time (ms)."""
-        if not (self.produce.enabled or self.fetch.enabled or self.request.enabled):
+        if request.api_throttle_ms is None and not (
+            self.produce.enabled or self.fetch.enabled or self.request.enabled
+        ):
             return 0  # no quota was ever set: nothing to record
         api_key = request.header.api_key
         if request.plane == CONTROL_PLANE or api_key in EXEMPT_APIS:
@@ -155,6 +175,9 @@ class ClientQuotas:
             bandwidth_ms = bandwidth.record_and_get_throttle_time_ms(
                 user, client_id, float(response_bytes)
             )
+        elif request.api_throttle_ms is not None:  # a controller mutation quota's
+            bandwidth = self.controller_mutation
+            bandwidth_ms = request.api_throttle_ms()
         request_ms = 0
         # an acks=0 Produce is exempt from the request quota (Kafka's), not its bandwidth
         if self.request.enabled and not (api_key == ApiKey.PRODUCE and body.acks == 0):
@@ -167,12 +190,26 @@ class ClientQuotas:
                 quota.record_no_throttle(user, client_id, ns * NANOS_TO_PERCENTAGE)
 
             request.record_network_time = network_time
+        if api_key == ApiKey.FETCH and (bandwidth_ms or request_ms):
+            # answered empty (throttle_time.throttled_fetch): its bytes are not counted
+            self.fetch.unrecord(user, client_id, float(response_bytes))
         if bandwidth is not None and bandwidth_ms > request_ms:
             bandwidth.record_throttle(user, client_id, bandwidth_ms)
             return bandwidth_ms
         if request_ms > 0:
             self.request.record_throttle(user, client_id, request_ms)
         return request_ms
+
+    # Fetch sizes -----------------------------------------------------------------------
+    def max_fetch_bytes(self, request: Request) -> int | None:
+        """What a consumer's Fetch may read at most: Kafka's getMaxValueInQuotaWindow, the
+        bytes its fetch quota allows over ``quota.window.num - 1`` windows (more is throttled
+        even after a quiet window); ``None`` without a fetch quota for it."""
+        if not self.fetch.enabled or request.plane == CONTROL_PLANE:
+            return None
+        return self.fetch.max_value_in_quota_window(
+            _quota_user(request.principal), request.header.client_id or ""
+        )
 
 
 @functools.lru_cache(maxsize=1024)

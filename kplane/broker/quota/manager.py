@@ -34,6 +34,7 @@ from kplane.broker.metrics.registry import BrokerMetrics, metric_name
 from kplane.broker.network.sampled_stats import SampledAverage, SampledRate
 from kplane.broker.quota.entity import (
     CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
 )
@@ -56,6 +57,7 @@ class QuotaKind(Enum):
     PRODUCE = ("Produce", PRODUCER_BYTE_RATE, "byte-rate")
     FETCH = ("Fetch", CONSUMER_BYTE_RATE, "byte-rate")
     REQUEST = ("Request", REQUEST_PERCENTAGE, "request-time")
+    CONTROLLER_MUTATION = ("ControllerMutation", CONTROLLER_MUTATION_RATE, "mutation-rate")
 
     def __init__(self, group: str, config_key: str, rate_metric: str) -> None:
         self.group = group
@@ -69,12 +71,32 @@ _USER_CLIENT_ENABLED = 4
 
 
 @dataclass(slots=True, eq=False)
-class _Sensors:
-    """One quota id's rate and throttle times."""
+class TokenBucket:
+    """Kafka's ``TokenBucket`` stat: tokens refill at the bound per second up to a burst of
+    ``bound * samples * window``; a recorded value takes them, below zero too."""
+
+    tokens: float
+    last: float
+
+    def measure(self, now: float, bound: float, burst: float) -> float:
+        """The tokens left now (refilled since the last look)."""
+        self.tokens = min(burst, self.tokens + bound * max(0.0, now - self.last))
+        self.last = now
+        return self.tokens
+
+    def record(self, now: float, value: float, bound: float, burst: float) -> None:
+        self.tokens = min(burst, self.measure(now, bound, burst) - value)
+
+
+@dataclass(slots=True, eq=False)
+class QuotaSensors:
+    """One quota id's rate and throttle times (and the token bucket of a controller
+    mutation quota)."""
 
     rate: SampledRate
     throttle: SampledAverage = field(default_factory=SampledAverage)
     last_used: float = 0.0
+    tokens: TokenBucket | None = None  # a controller mutation quota's
 
 
 class ClientQuotaManager:
@@ -97,11 +119,12 @@ class ClientQuotaManager:
         self._max_throttle_ms = max_throttle_ms
         self._overrides: dict[UserClient, float] = {}
         self._enabled = 0
-        self._sensors: dict[tuple[str, str], _Sensors] = {}
+        self._sensors: dict[tuple[str, str], QuotaSensors] = {}
         self._lock = threading.Lock()
         self._last_sweep = clock()
         self._rate_name = metric_name("server", kind.group, kind.rate_metric)
         self._throttle_name = metric_name("server", kind.group, "throttle-time")
+        self._gauge_names = [self._rate_name, self._throttle_name]
 
     @property
     def enabled(self) -> bool:
@@ -211,6 +234,20 @@ class ClientQuotaManager:
             tags = self.quota_metric_tags(user, client_id)
             self._sensors_for(tags, now).rate.record(now, value)
 
+    def unrecord(self, user: str, client_id: str, value: float) -> None:
+        """Take back ``value`` recorded for the client (Kafka's unrecordQuotaSensor: a
+        throttled Fetch is answered without its bytes)."""
+        self.record_no_throttle(user, client_id, -value)
+
+    def max_value_in_quota_window(self, user: str, client_id: str) -> int | None:
+        """The most one request may record without being throttled for certain, even
+        after a quiet window (Kafka's getMaxValueInQuotaWindow): the bound over
+        ``samples - 1`` windows; ``None`` when no bound holds the client."""
+        bound = self.quota(user, client_id) if self._enabled else None
+        if bound is None:
+            return None
+        return min(int(bound * (self._samples - 1) * self._window_s), _INT32_MAX)
+
     def record_throttle(self, user: str, client_id: str, throttle_ms: int) -> None:
         """A client was throttled for ``throttle_ms`` (the throttle-time metric)."""
         now = self._clock()
@@ -218,15 +255,18 @@ class ClientQuotaManager:
             tags = self.quota_metric_tags(user, client_id)
             self._sensors_for(tags, now).throttle.record(now, float(throttle_ms))
 
-    def _sensors_for(self, tags: tuple[str, str], now: float) -> _Sensors:
+    def _sensors_for(self, tags: tuple[str, str], now: float) -> QuotaSensors:
         sensors = self._sensors.get(tags)
         if sensors is None:
             if now - self._last_sweep > 60.0:
                 self._sweep(now)
-            sensors = self._sensors[tags] = _Sensors(SampledRate(self._samples, self._window_s))
+            sensors = self._sensors[tags] = self._new_sensors(now)
             self._register(tags, sensors)
         sensors.last_used = now
         return sensors
+
+    def _new_sensors(self, now: float) -> QuotaSensors:
+        return QuotaSensors(SampledRate(self._samples, self._window_s))
 
     def _sweep(self, now: float) -> None:
         """Drop the sensors idle for Kafka's hour, with their metrics."""
@@ -236,18 +276,17 @@ class ClientQuotaManager:
                 del self._sensors[tags]
                 if self._metrics is not None:
                     labels = _labels(tags)
-                    self._metrics.unregister_gauge(self._rate_name, labels)
-                    self._metrics.unregister_gauge(self._throttle_name, labels)
+                    for name in self._gauge_names:
+                        self._metrics.unregister_gauge(name, labels)
 
-    def _register(self, tags: tuple[str, str], sensors: _Sensors) -> None:
+    def _register(self, tags: tuple[str, str], sensors: QuotaSensors) -> None:
         if self._metrics is None:
             return
         labels = _labels(tags)
-        what = (
-            "request-time (percent of a thread)"
-            if self.kind is QuotaKind.REQUEST
-            else ("byte-rate")
-        )
+        what = {
+            QuotaKind.REQUEST: "request-time (percent of a thread)",
+            QuotaKind.CONTROLLER_MUTATION: "mutation-rate",
+        }.get(self.kind, "byte-rate")
         self._metrics.register_gauge(
             self._rate_name,
             f"Tracking {what} per user/client-id ({self.kind.group} quota).",

@@ -1,9 +1,10 @@
 """``throttle_time_ms`` written into a response already encoded (KIP-219).
 
-Most responses are kio entities, re-encoded with the field set. Produce and Fetch are
-written straight to bytes around stored batches; their field is patched in place: Fetch
-(v1+) has it first in the body, Produce (v1+) last, before the flexible versions' tagged
-fields (none written).
+Most responses are kio entities, re-encoded with the field set. Produce is written
+straight to bytes around stored batches; its field (v1+) is patched in place, last in the
+body before the flexible versions' tagged fields (none written). A throttled Fetch is
+answered empty, its throttle time first in the body: Kafka's throttled full-session
+response, the client fetches the same offsets again once it may.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from kplane.broker.utils.file_region import Transferable
 from kplane.protocol.api_keys import ApiKey
+from kplane.protocol.fetch_codec import encode_fetch_response
 
 _I32 = struct.Struct(">i")
 _PRODUCE_FLEXIBLE_SINCE = 9
@@ -31,14 +33,15 @@ def with_throttle_time(body: Any, throttle_ms: int) -> Any | None:
 def patch_throttle_time(
     api_key: int, version: int, pieces: Sequence[Transferable], throttle_ms: int
 ) -> list[Transferable]:
-    """Body pieces of a Produce or Fetch response with ``throttle_time_ms`` set (unchanged
-    for versions without the field, or pieces not laid out as expected)."""
+    """Body pieces of a Produce response with ``throttle_time_ms`` set (unchanged for
+    versions without the field, or pieces not laid out as expected); a Fetch's throttled
+    answer, empty (v1+)."""
     value = _I32.pack(min(throttle_ms, 2**31 - 1))
-    if api_key == ApiKey.FETCH and version >= 1 and pieces:
-        head = pieces[0]
-        if isinstance(head, bytes | memoryview) and len(head) >= 4:
-            return [value + bytes(head[4:]), *pieces[1:]]
-    elif api_key == ApiKey.PRODUCE and version >= 1 and pieces:
+    if api_key == ApiKey.FETCH and version >= 1:
+        return list(
+            encode_fetch_response(version, [], throttle_time_ms=min(throttle_ms, 2**31 - 1))
+        )
+    if api_key == ApiKey.PRODUCE and version >= 1 and pieces:
         tail = pieces[-1]
         if isinstance(tail, bytes | memoryview):
             data = bytes(tail)

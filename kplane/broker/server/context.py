@@ -194,6 +194,7 @@ class RequestContext:
             body_pieces = patch_throttle_time(
                 self.api_key, self.api_version, body_pieces, throttle_ms
             )
+            size = sum(len(p) for p in body_pieces)  # a throttled Fetch is answered empty
         prefix = response_frame_prefix(
             self.api_key, self.api_version, self.request.header.correlation_id, size
         )

@@ -2,7 +2,11 @@
 DeleteRecords: the requests on partition logs other than Produce.
 
 READ_COMMITTED (``isolation_level`` 1) Fetch reads below the last stable offset and lists
-the aborted transactions of what it read; ListOffsets latest answers the LSO for it."""
+the aborted transactions of what it read; ListOffsets latest answers the LSO for it.
+
+A consumer under a fetch quota reads at most what its quota window allows (``max_bytes``
+and ``min_bytes`` capped, Kafka's getMaxValueInQuotaWindow); a fetch the quotas throttle
+is answered empty by the response path (``ClientQuotas.throttle_time_ms``)."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from typing import Any
 from kplane.broker.log.log_dir_failure_channel import KafkaStorageError
 from kplane.broker.log.partition import TopicPartition
 from kplane.broker.metadata.cache import MetadataCache
+from kplane.broker.quota.client_quotas import ClientQuotas
 from kplane.broker.server.context import Handler, RequestContext
 from kplane.broker.server.replica_manager import (
     FETCH_LOG_END,
@@ -57,16 +62,22 @@ class DelayedFetch(DelayedOperation):
     """A fetch waiting for ``min_bytes`` of new data or for ``max_wait_ms``."""
 
     def __init__(
-        self, apis: FetchApis, ctx: RequestContext, specs: list[FetchPartitionSpec], delay_ms: float
+        self,
+        apis: FetchApis,
+        ctx: RequestContext,
+        specs: list[FetchPartitionSpec],
+        delay_ms: float,
+        limits: tuple[int, int],
     ) -> None:
         super().__init__(delay_ms)
         self.apis = apis
         self.ctx = ctx
         self.specs = specs
+        self.limits = limits  # (max_bytes, min_bytes)
 
     def try_complete(self) -> bool:
         available = 0
-        min_bytes = self.ctx.body.min_bytes
+        min_bytes = self.limits[1]
         isolation_level = _isolation_level(self.ctx)
         for spec in self.specs:
             if spec.tp is None:
@@ -102,7 +113,7 @@ class DelayedFetch(DelayedOperation):
             self.ctx.respond_nothing()  # nobody reads the answer: read no data for it
             return
         try:
-            self.apis.respond(self.ctx, self.apis.read(self.ctx, self.specs))
+            self.apis.respond(self.ctx, self.apis.read(self.ctx, self.specs, self.limits[0]))
         except Exception as exc:  # on the timer's or a producer's thread: still answer
             self.ctx.fail(exc)
 
@@ -116,11 +127,13 @@ class FetchApis:
         cache: MetadataCache,
         purgatory: DelayedOperationPurgatory,
         fetch_max_bytes: int,
+        quotas: ClientQuotas | None = None,
     ) -> None:
         self.replica_manager = replica_manager
         self.cache = cache
         self.purgatory = purgatory
         self.fetch_max_bytes = fetch_max_bytes
+        self._quotas = quotas
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
@@ -196,18 +209,24 @@ class FetchApis:
             for spec in specs:
                 if spec.tp is not None:
                     self.replica_manager.update_follower_fetch(spec.tp, replica_id, spec.offset)
-        reads = self.read(ctx, specs)
+        max_bytes = min(req.max_bytes, self.fetch_max_bytes)
+        if replica_id < 0 and self._quotas is not None:
+            window = self._quotas.max_fetch_bytes(ctx.request)
+            if window is not None:  # more would be throttled even after a quiet window
+                max_bytes = min(max_bytes, window)
+        min_bytes = min(req.min_bytes, max_bytes)
+        reads = self.read(ctx, specs, max_bytes)
         # As Kafka's fetchMessages: answered now when it need not wait, when enough was
         # read or when a partition has an error; else parked, and read again when it is done.
         if (
             req.max_wait_ms <= 0
             or not specs
-            or sum(result.size for _, result in reads) >= req.min_bytes
+            or sum(result.size for _, result in reads) >= min_bytes
             or any(result.error != ErrorCode.none for _, result in reads)
         ):
             self.respond(ctx, reads)
             return
-        delayed = DelayedFetch(self, ctx, specs, req.max_wait_ms)
+        delayed = DelayedFetch(self, ctx, specs, req.max_wait_ms, (max_bytes, min_bytes))
         if not self.purgatory.try_complete_else_watch(
             delayed, [s.tp for s in specs if s.tp is not None]
         ):
@@ -215,13 +234,13 @@ class FetchApis:
             ctx.request.on_disconnect(delayed.force_complete)
 
     def read(
-        self, ctx: RequestContext, specs: list[FetchPartitionSpec]
+        self, ctx: RequestContext, specs: list[FetchPartitionSpec], max_bytes: int
     ) -> list[tuple[FetchPartitionSpec, ReadResult]]:
-        """Every partition read now, within the request's ``max_bytes``: whole batches,
-        at least one from the first partition with data; none for a throttled follower
-        over the leader's replication rate."""
+        """Every partition read now, within ``max_bytes`` (the request's, capped): whole
+        batches, at least one from the first partition with data; none for a throttled
+        follower over the leader's replication rate."""
         req: FetchRequestData = ctx.body
-        remaining = min(req.max_bytes, self.fetch_max_bytes)
+        remaining = max_bytes
         isolation_level = _isolation_level(ctx)
         first_data = True
         replica_id = req.replica_id if isolation_level == FETCH_LOG_END else -1

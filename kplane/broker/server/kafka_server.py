@@ -459,6 +459,14 @@ class KafkaServer:
         reconfigures."""
         self.catch_up = InitialCatchUp()
         self.quota_store = ClientQuotaStore(self.client)
+        self.connection_quotas = ConnectionQuotas(config, self.metrics)
+        self.client_quotas = ClientQuotas(
+            config,
+            self.quota_store,
+            self.metrics,
+            self.connection_quotas.update_ip_connection_rate_quota,
+        )
+        self.client_quotas.load()
         self._start_client_telemetry(config)
         self.apis = KafkaApis(self._api_families(), self.authorizer, self.catch_up)
         data_plane, control_plane = planes(config)
@@ -473,14 +481,6 @@ class KafkaServer:
         if self.priority is not None:
             self.lifecycle.on_shutdown("release control-plane priority", self.priority.close)
         observer = RequestMetricsObserver(self.metrics)
-        self.connection_quotas = ConnectionQuotas(config, self.metrics)
-        self.client_quotas = ClientQuotas(
-            config,
-            self.quota_store,
-            self.metrics,
-            self.connection_quotas.update_ip_connection_rate_quota,
-        )
-        self.client_quotas.load()
         self.data_channel.throttler = self.client_quotas  # the control plane: never
         self.socket_server = SocketServer(
             config.listeners,
@@ -628,12 +628,14 @@ class KafkaServer:
                 self.cache,
                 self.fetch_purgatory,
                 self.config.get_int("fetch.max.bytes"),
+                self.client_quotas,
             ),
             TopicApis(
                 self.admin,
                 self.cache,
                 lambda: self.config.get_bool("delete.topic.enable"),
                 DelayedOperationPurgatory("topic", self.timer),
+                self.client_quotas,
             ),
             SaslApis(
                 self.sasl_listeners,

@@ -1,4 +1,10 @@
-"""CreateTopics, DeleteTopics and CreatePartitions."""
+"""CreateTopics, DeleteTopics and CreatePartitions.
+
+Each topic's partitions are recorded against the client's controller mutation quota
+(KIP-599) once the change is known to be valid and before it is made: strict versions
+(CreateTopics v6+, DeleteTopics v5+, CreatePartitions v3+) refuse the topics past it with
+THROTTLING_QUOTA_EXCEEDED, older ones make every change; the response carries the
+throttle."""
 
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kplane.broker.metadata.cache import MetadataCache
+from kplane.broker.quota.client_quotas import ClientQuotas
+from kplane.broker.quota.controller_mutation import ControllerMutationQuota
 from kplane.broker.server.admin_manager import AdminManager, excessive_partitions
 from kplane.broker.server.context import Handler, RequestContext
 from kplane.broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
@@ -15,6 +23,10 @@ from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode, KafkaError
 
 ZERO_UUID = uuid.UUID(int=0)
+CREATE_TOPICS_STRICT_SINCE = 6
+DELETE_TOPICS_STRICT_SINCE = 5
+CREATE_PARTITIONS_STRICT_SINCE = 3
+"""The versions whose clients know THROTTLING_QUOTA_EXCEEDED (KIP-599)."""
 
 
 class DelayedTopicOperation(DelayedOperation):
@@ -64,8 +76,10 @@ class TopicApis:
         cache: MetadataCache,
         delete_enabled: Callable[[], bool],
         purgatory: DelayedOperationPurgatory,
+        quotas: ClientQuotas | None = None,
     ) -> None:
         self.admin = admin
+        self._quotas = quotas
         self.cache = cache
         self._delete_enabled = delete_enabled
         self.purgatory = purgatory  # Kafka's "topic" purgatory
@@ -75,6 +89,14 @@ class TopicApis:
         """Whether ``topic`` is in this broker's metadata with a leader for every partition."""
         info = self.cache.topic(topic)
         return info is not None and all(p.leader >= 0 for p in info.partitions.values())
+
+    def _mutation_quota(
+        self, ctx: RequestContext, strict_since: int
+    ) -> ControllerMutationQuota | None:
+        """The request's controller mutation quota, ``None`` when it is not limited."""
+        if self._quotas is None:
+            return None
+        return self._quotas.controller_mutation_quota(ctx.request, strict_since)
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
@@ -86,6 +108,7 @@ class TopicApis:
     def handle_create_topics(self, ctx: RequestContext) -> None:
         req = ctx.body
         names = [t.name for t in req.topics]
+        quota = None if req.validate_only else self._mutation_quota(ctx, CREATE_TOPICS_STRICT_SINCE)
         cluster_create = ctx.authorized(
             AclOperation.CREATE, AclResourceType.CLUSTER, log_denied=False
         )
@@ -109,14 +132,17 @@ class TopicApis:
                 ):
                     raise KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
                 configs = {c.name: c.value for c in topic.configs}
-                assignment = self.admin.create_topic(
+                args = (
                     topic.name,
                     int(topic.num_partitions),
                     int(topic.replication_factor),
                     [(int(a.partition_index), list(a.broker_ids)) for a in topic.assignments],
                     configs,
-                    validate_only=bool(req.validate_only),
                 )
+                if quota is not None:  # a valid creation only, before it is made
+                    valid = self.admin.create_topic(*args, validate_only=True)
+                    quota.record(len(valid.partitions))
+                assignment = self.admin.create_topic(*args, validate_only=bool(req.validate_only))
                 values |= {
                     "error_code": ErrorCode.none,
                     "error_message": None,
@@ -186,6 +212,7 @@ class TopicApis:
             wanted = [(t.name, t.topic_id) for t in req.topics]
         else:
             wanted = [(name, None) for name in req.topic_names]
+        quota = self._mutation_quota(ctx, DELETE_TOPICS_STRICT_SINCE)
         results = []
         for name, topic_id in wanted:
             error, message = ErrorCode.none, None
@@ -202,6 +229,8 @@ class TopicApis:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} not found")
                 if not ctx.authorized(AclOperation.DELETE, AclResourceType.TOPIC, name):
                     raise KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
+                if quota is not None and (info := self.cache.topic(name)) is not None:
+                    quota.record(len(info.partitions))
                 topic_id = self.admin.delete_topic(name)
             except KafkaError as exc:
                 error, message = exc.code, exc.message
@@ -221,6 +250,9 @@ class TopicApis:
         too_big = excessive_partitions(
             self.admin.added_partitions(t.name, int(t.count)) for t in req.topics
         )
+        quota = (
+            None if req.validate_only else self._mutation_quota(ctx, CREATE_PARTITIONS_STRICT_SINCE)
+        )
         results = []
         for topic in req.topics:
             error, message = ErrorCode.none, None
@@ -236,6 +268,9 @@ class TopicApis:
                     if topic.assignments is not None
                     else None
                 )
+                if quota is not None:  # a valid change only, before it is made
+                    self.admin.create_partitions(topic.name, int(topic.count), assignments, True)
+                    quota.record(self.admin.added_partitions(topic.name, int(topic.count)))
                 self.admin.create_partitions(
                     topic.name, int(topic.count), assignments, bool(req.validate_only)
                 )
