@@ -2,6 +2,9 @@
 
 Each accepted socket is counted by ``ConnectionQuotas`` first, which may make the Acceptor
 wait (``max.connections``, the creation rates) or refuse it (``max.connections.per.ip``).
+A connection over its address's creation rate (KIP-612) is closed once its throttle time
+has passed, as Kafka's Acceptor delays it (the client does not reconnect at once); the
+Acceptor keeps accepting meanwhile.
 Out of descriptors or kernel memory, ``accept`` fails and the socket stays in the listen
 backlog: the Acceptor pauses ``ACCEPT_BACKOFF_S`` before trying again instead of spinning,
 and logs the failures once per interval with their count.
@@ -11,14 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import heapq
+import itertools
 import selectors
 import socket
 import threading
+import time
 
 from kplane.broker.config.endpoint import EndPoint
 from kplane.broker.network.connection_quotas import (
     AcceptorStopped,
     ConnectionQuotas,
+    ConnectionThrottled,
     TooManyConnections,
     client_host,
 )
@@ -28,6 +35,7 @@ from kplane.broker.utils.interval_log import IntervalWarning
 ACCEPT_BACKOFF_S = 1.0
 """How long an Acceptor pauses when ``accept`` fails for want of a resource."""
 OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_SELECT_TIMEOUT_S = 1.0
 
 
 def bind_listener(endpoint: EndPoint, backlog: int = 512) -> socket.socket:
@@ -74,6 +82,11 @@ class Acceptor:
         self._accept_failed = IntervalWarning("accept failed")
         self._refused = IntervalWarning("closing connection: too many connections from its address")
         self._setup_failed = IntervalWarning("closing connection: socket set-up failed")
+        self._ip_throttled = IntervalWarning(
+            "closing connection after its throttle: over its address's connection creation rate"
+        )
+        self._throttled: list[tuple[float, int, socket.socket]] = []  # (close at, seq, socket)
+        self._seq = itertools.count()
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
 
     @property
@@ -90,15 +103,34 @@ class Acceptor:
 
     def _run(self) -> None:
         while self._running():
-            ready = self._selector.select(timeout=1.0)
+            ready = self._selector.select(timeout=self._select_timeout())
             out_of_resources = any(key.fileobj is self._sock for key, _ in ready) and (
                 self._accept_all()
             )
-            for warning in (self._accept_failed, self._refused, self._setup_failed):
+            self._close_throttled(time.monotonic())
+            for warning in (
+                self._accept_failed,
+                self._refused,
+                self._setup_failed,
+                self._ip_throttled,
+            ):
                 warning.flush()
             if out_of_resources:
                 self._stopping.wait(ACCEPT_BACKOFF_S)
         self._selector.close()
+        self._close_throttled(float("inf"))
+
+    def _select_timeout(self) -> float:
+        """Until the next throttled connection is due to close, at most a second."""
+        if not self._throttled:
+            return _SELECT_TIMEOUT_S
+        return min(_SELECT_TIMEOUT_S, max(0.0, self._throttled[0][0] - time.monotonic()))
+
+    def _close_throttled(self, now: float) -> None:
+        """Close the throttled connections whose throttle time has passed (Kafka's
+        closeThrottledConnections); all of them when the Acceptor stops."""
+        while self._throttled and self._throttled[0][0] <= now:
+            heapq.heappop(self._throttled)[2].close()
 
     def _accept_all(self) -> bool:
         """Accept every waiting connection; True when ``accept`` failed for want of a
@@ -127,6 +159,16 @@ class Acceptor:
         if self._quotas is not None:
             try:
                 self._quotas.inc(listener, host, self._running)
+            except ConnectionThrottled as exc:
+                self._ip_throttled.record(
+                    listener=listener,
+                    client_host=host,
+                    connection_creation_rate=exc.limit,
+                    throttle_ms=round(exc.throttle_ms),
+                )
+                close_at = time.monotonic() + exc.throttle_ms / 1000.0
+                heapq.heappush(self._throttled, (close_at, next(self._seq), conn))
+                return
             except TooManyConnections as exc:
                 self._refused.record(listener=listener, client_host=host, limit=exc.limit)
                 conn.close()

@@ -19,7 +19,8 @@ calls ``dec`` when the connection is gone:
 - IP quotas (KIP-612, ``connection_creation_rate`` of ``/config/ips/<ip>`` and
   ``/config/ips/<default>``, set by the client quotas through
   ``update_ip_connection_rate_quota``): a connection that takes its address's creation
-  rate over the quota is closed at once (``ConnectionThrottled``) and not counted.
+  rate over the quota is not counted (``ConnectionThrottled``, with the time the rate needs
+  to come back, at most one sample window); the Acceptor closes it once that time passed.
 """
 
 from __future__ import annotations
