@@ -35,6 +35,8 @@ KPLANE_OWN = {
 KAFKA_4_DEFAULTS = {
     # KIP-848's consumer protocol is on by default from Kafka 4.0.
     "group.coordinator.rebalance.protocols": "classic,consumer",
+    # ... and live groups migrate between the protocols both ways (3.9: disabled).
+    "group.consumer.migration.policy": "bidirectional",
     # KIP-932's share groups: on in a new Kafka 4.2 cluster (share.version=1), and Kafka 4.1
     # raised the in-flight records per share partition from 200 to 2,000.
     "group.share.enable": "true",
