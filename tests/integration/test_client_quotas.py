@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from structlog.testing import capture_logs
 
 from kplane.client.admin import Admin
@@ -650,3 +651,28 @@ async def test_throttled_fetch_is_answered_empty_and_capped(
     throttled = metric(broker, "kafka_server_fetch_throttle_time", user="",
                        client_id="capped-reader")
     assert throttled is not None and throttled > 0
+
+
+async def test_confluent_admin_create_topics_over_the_mutation_quota(
+    quotas: QuotaAdmin, broker: RunningBroker
+) -> None:
+    """librdkafka's AdminClient.create_topics sends a CreateTopics older than v6 (its
+    clients do not know THROTTLING_QUOTA_EXCEEDED): every topic is made and the client is
+    told to hold back for the partitions past the bucket (20 made, 11 in the bucket)."""
+    await quotas.alter_client_quotas(
+        [Alteration((("client-id", "ck-admin"),), {"controller_mutation_rate": 1.0})]
+    )
+    throttles: list[int] = []
+    config: dict[str, Any] = {
+        "bootstrap.servers": broker.bootstrap(), "client.id": "ck-admin",
+        "throttle_cb": lambda event: throttles.append(int(event.throttle_time * 1000)),
+    }
+    admin = AdminClient(config)
+    futures = admin.create_topics(
+        [NewTopic(f"ck-{i}", num_partitions=10, replication_factor=1) for i in range(2)],
+        request_timeout=30,
+    )
+    for future in futures.values():
+        future.result(60)
+    admin.poll(1.0)
+    assert throttles and 8_000 < max(throttles) <= 9_000, throttles
