@@ -26,8 +26,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import structlog
-
 from kplane.broker.config.kafka_config import KafkaConfig
 from kplane.broker.metrics.registry import CONTROL_PLANE, BrokerMetrics
 from kplane.broker.network.request_channel import Request
@@ -47,8 +45,6 @@ from kplane.broker.quota.manager import ClientQuotaManager, QuotaKind
 from kplane.broker.quota.store import ClientQuotaStore
 from kplane.broker.security.scram import sanitize
 from kplane.protocol.api_keys import ApiKey
-
-log = structlog.get_logger(__name__)
 
 QUOTA_WINDOW_NUM = "quota.window.num"
 QUOTA_WINDOW_SIZE_SECONDS = "quota.window.size.seconds"
