@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kplane.broker.group.consumer_group import Assignment
+from kplane.broker.group.modern_group import Assignment
 
 
 @dataclass(frozen=True, slots=True)

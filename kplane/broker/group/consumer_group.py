@@ -11,25 +11,15 @@ from __future__ import annotations
 
 import base64
 import enum
-import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kplane.broker.group.group import (
-    Group,
-    GroupOverview,
-    GroupType,
-    OffsetExpiration,
-    OffsetsByPartition,
-)
+from kplane.broker.group.group import GroupOverview, GroupType, OffsetExpiration
+from kplane.broker.group.modern_group import Assignment, ModernGroup
 from kplane.protocol.errors import ErrorCode
 
-Assignment = Mapping[uuid.UUID, frozenset[int]]
-"""Partitions by topic id."""
-
-LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -173,29 +163,16 @@ class ConsumerGroupDescription:
 
 
 @dataclass(eq=False)
-class ConsumerGroup(Group):
-    """A consumer group: members, epochs, the target assignment and committed offsets."""
+class ConsumerGroup(ModernGroup[ConsumerGroupMember]):
+    """A consumer group: members, epochs, the target assignment and committed offsets.
+    Its subscription fingerprint holds the topics' names, ids, partitions and racks."""
 
-    group_id: str
-    state_timestamp_ms: int | None = None
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    members: dict[str, ConsumerGroupMember] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)
-    target: dict[str, Assignment] = field(default_factory=dict)
     partition_epochs: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
-    subscription_fingerprint: tuple[Any, ...] = ()
-    """What the subscribed topics resolved to at the last group epoch (names, ids,
-    partitions, racks): a change bumps the group epoch."""
-    assignor_name: str = ""
-    offsets: OffsetsByPartition = field(default_factory=dict)
-    pending_txn_offsets: dict[int, OffsetsByPartition] = field(default_factory=dict)
-    dead: bool = False
     store_version: int = -1
     """The version of the stored document this copy was read from or last wrote (-1: none)."""
     stored: bytes | None = field(default=None, repr=False)
     """That document, so a heartbeat that changed nothing writes nothing."""
-    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     timers: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
     """(kind, member id) -> the member's session or revocation timer task."""
 
@@ -272,21 +249,6 @@ class ConsumerGroup(Group):
     def group_type(self) -> GroupType:
         return GroupType.CONSUMER
 
-    @property
-    def state_name(self) -> str:
-        return self.state.value
-
-    @property
-    def is_dead(self) -> bool:
-        return self.dead
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.members
-
-    def mark_dead(self) -> None:
-        self.dead = True
-
     def _validate_member_epoch(self, member_id: str, member_epoch: int) -> ErrorCode | None:
         """A classic member names its generation (ILLEGAL_GENERATION when it is not the
         member's epoch), a consumer-protocol member its epoch (STALE_MEMBER_EPOCH)."""
@@ -339,11 +301,6 @@ class ConsumerGroup(Group):
 
     def validate_offset_delete(self) -> ErrorCode | None:
         return ErrorCode.group_id_not_found if self.dead else None
-
-    def validate_delete_group(self) -> ErrorCode | None:
-        if self.dead:
-            return ErrorCode.group_id_not_found
-        return None if not self.members else ErrorCode.non_empty_group
 
     def is_subscribed_to_topic(self, topic: str) -> bool:
         return topic in self.subscription_fingerprint_topics()

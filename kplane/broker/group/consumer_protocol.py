@@ -26,9 +26,7 @@ from kplane.broker.group.assignor import MemberSubscription, PartitionAssignor, 
 from kplane.broker.group.classic_group import ClassicGroup
 from kplane.broker.group.classic_protocol import ClassicGroupProtocol
 from kplane.broker.group.consumer_group import (
-    LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
-    Assignment,
     ConsumerGroup,
     ConsumerGroupMember,
     MemberState,
@@ -42,11 +40,13 @@ from kplane.broker.group.current_assignment import reconcile
 from kplane.broker.group.embedded_protocol import MalformedProtocol
 from kplane.broker.group.group_config import GroupConfig
 from kplane.broker.group.group_registry import GroupRegistry
+from kplane.broker.group.heartbeat_result import HeartbeatResult
 from kplane.broker.group.migration import (
     classic_group_from_consumer,
     consumer_group_from_classic,
     uses_consumer_protocol,
 )
+from kplane.broker.group.modern_group import LEAVE_GROUP_MEMBER_EPOCH, Assignment
 from kplane.broker.group.range_assignor import RangeAssignor
 from kplane.broker.group.topic_regex import InvalidRegex, compile_topic_regex
 from kplane.broker.group.uniform_assignor import UniformAssignor
@@ -85,17 +85,6 @@ class ConsumerGroupHeartbeat:
     owned: Assignment | None = None
     client_id: str = ""
     client_host: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatResult:
-    error: ErrorCode = ErrorCode.none
-    message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: Assignment | None = None
-    """The member's whole assignment, when it changed or the request was a full one."""
 
 
 class ConsumerGroupProtocol:
@@ -393,14 +382,9 @@ class ConsumerGroupProtocol:
         computed when the group epoch passed the assignment epoch; the member moves one step
         towards its target (``owned``: what it reported owning). Returns the member after
         that step; its timers are rescheduled. The caller holds the lock and persists."""
-        bump = joined or _subscription(updated) != _subscription(member)
+        changed = joined or _subscription(updated) != _subscription(member)
         group.update_member(updated)
-        fingerprint = _fingerprint(group, snapshot)
-        if fingerprint != group.subscription_fingerprint:
-            group.subscription_fingerprint = fingerprint
-            bump = True
-        if bump:
-            group.group_epoch += 1
+        if group.bump_group_epoch(changed, _fingerprint(group, snapshot)):
             log.info(
                 "consumer group epoch bumped",
                 group=group.group_id,
@@ -446,9 +430,7 @@ class ConsumerGroupProtocol:
             for m in group.members.values()
         }
         assignor = self._assignor(group)
-        group.target = assignor.assign(subscriptions, topics, group.target)
-        group.assignment_epoch = group.group_epoch
-        group.assignor_name = assignor.name
+        group.install_target(assignor.assign(subscriptions, topics, group.target), assignor.name)
         log.info(
             "consumer group target assignment computed",
             group=group.group_id,

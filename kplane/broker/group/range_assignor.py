@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping
 
 from kplane.broker.group.assignor import MemberSubscription, TopicMetadata, freeze
-from kplane.broker.group.consumer_group import Assignment
+from kplane.broker.group.modern_group import Assignment
 
 
 class RangeAssignor:

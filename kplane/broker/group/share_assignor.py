@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping
 
 from kplane.broker.group.assignor import MemberSubscription, TopicMetadata, freeze
-from kplane.broker.group.share_group import Assignment
+from kplane.broker.group.modern_group import Assignment
 
 
 class SimpleAssignor:

@@ -10,26 +10,14 @@ offsets; their progress is the share-partition state kept beside each partition 
 from __future__ import annotations
 
 import enum
-import threading
-import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kplane.broker.group.group import (
-    Group,
-    GroupOverview,
-    GroupType,
-    OffsetExpiration,
-    OffsetsByPartition,
-)
+from kplane.broker.group.group import GroupOverview, GroupType, OffsetExpiration
+from kplane.broker.group.modern_group import Assignment, ModernGroup
 from kplane.protocol.errors import ErrorCode
 
-Assignment = Mapping[uuid.UUID, frozenset[int]]
-"""Partitions by topic id."""
-
 SHARE_PROTOCOL_TYPE = "share"
-LEAVE_GROUP_MEMBER_EPOCH = -1
 
 
 class ShareGroupState(enum.Enum):
@@ -69,23 +57,9 @@ class ShareGroupDescription:
 
 
 @dataclass(eq=False)
-class ShareGroup(Group):
+class ShareGroup(ModernGroup[ShareGroupMember]):
     """A share group: members, epochs and the target assignment."""
 
-    group_id: str
-    state_timestamp_ms: int | None = None
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    members: dict[str, ShareGroupMember] = field(default_factory=dict)
-    target: dict[str, Assignment] = field(default_factory=dict)
-    subscription_fingerprint: tuple[Any, ...] = ()
-    """What the subscribed topics resolved to at the last group epoch: a change bumps the
-    group epoch."""
-    assignor_name: str = ""
-    offsets: OffsetsByPartition = field(default_factory=dict)
-    pending_txn_offsets: dict[int, OffsetsByPartition] = field(default_factory=dict)
-    dead: bool = False
-    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     timers: dict[str, Any] = field(default_factory=dict, repr=False)
     """member id -> the member's session timer task."""
 
@@ -114,21 +88,6 @@ class ShareGroup(Group):
     def group_type(self) -> GroupType:
         return GroupType.SHARE
 
-    @property
-    def state_name(self) -> str:
-        return self.state.value
-
-    @property
-    def is_dead(self) -> bool:
-        return self.dead
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.members
-
-    def mark_dead(self) -> None:
-        self.dead = True
-
     def validate_offset_commit(
         self,
         member_id: str,
@@ -145,11 +104,6 @@ class ShareGroup(Group):
 
     def validate_offset_delete(self) -> ErrorCode | None:
         return ErrorCode.group_id_not_found
-
-    def validate_delete_group(self) -> ErrorCode | None:
-        if self.dead:
-            return ErrorCode.group_id_not_found
-        return None if not self.members else ErrorCode.non_empty_group
 
     def is_subscribed_to_topic(self, topic: str) -> bool:
         return topic in self.subscribed_topics()

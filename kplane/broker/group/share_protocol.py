@@ -23,14 +23,11 @@ import structlog
 
 from kplane.broker.group.assignor import MemberSubscription, TopicMetadata
 from kplane.broker.group.group_registry import GroupRegistry
+from kplane.broker.group.heartbeat_result import HeartbeatResult
+from kplane.broker.group.modern_group import LEAVE_GROUP_MEMBER_EPOCH
 from kplane.broker.group.share_assignor import SimpleAssignor
 from kplane.broker.group.share_config import ShareGroupConfig
-from kplane.broker.group.share_group import (
-    LEAVE_GROUP_MEMBER_EPOCH,
-    Assignment,
-    ShareGroup,
-    ShareGroupMember,
-)
+from kplane.broker.group.share_group import ShareGroup, ShareGroupMember
 from kplane.broker.metadata.cache import MetadataSnapshot
 from kplane.broker.utils.timer import SystemTimer
 from kplane.protocol.errors import ErrorCode, KafkaError
@@ -52,17 +49,6 @@ class ShareGroupHeartbeat:
     subscribed_topic_names: tuple[str, ...] | None = None
     client_id: str = ""
     client_host: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ShareHeartbeatResult:
-    error: ErrorCode = ErrorCode.none
-    message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: Assignment | None = None
-    """The member's whole assignment, when it changed or the request was a full one."""
 
 
 class ShareGroupProtocol:
@@ -92,14 +78,14 @@ class ShareGroupProtocol:
     def add_member_listener(self, listener: MemberListener) -> None:
         self._listeners.append(listener)
 
-    def heartbeat(self, req: ShareGroupHeartbeat) -> ShareHeartbeatResult:
+    def heartbeat(self, req: ShareGroupHeartbeat) -> HeartbeatResult:
         try:
             _validate(req)
             if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
                 return self._leave(req)
             return self._join_or_heartbeat(req)
         except KafkaError as exc:
-            return ShareHeartbeatResult(exc.code, exc.message)
+            return HeartbeatResult(exc.code, exc.message)
 
     def _group(self, group_id: str, create: bool) -> ShareGroup:
         group = self.groups.get(group_id)
@@ -137,7 +123,7 @@ class ShareGroupProtocol:
         group = self.groups.get(group_id)
         return isinstance(group, ShareGroup) and not group.is_dead
 
-    def _join_or_heartbeat(self, req: ShareGroupHeartbeat) -> ShareHeartbeatResult:
+    def _join_or_heartbeat(self, req: ShareGroupHeartbeat) -> HeartbeatResult:
         snapshot = self._topics()
         group = self._group(req.group_id, create=req.member_epoch == 0)
         with group.lock:
@@ -184,13 +170,8 @@ class ShareGroupProtocol:
                 client_host=req.client_host,
             )
             group.members[updated.member_id] = updated
-            bump = joined or updated.subscribed_topic_names != member.subscribed_topic_names
-            fingerprint = _fingerprint(group, snapshot)
-            if fingerprint != group.subscription_fingerprint:
-                group.subscription_fingerprint = fingerprint
-                bump = True
-            if bump:
-                group.group_epoch += 1
+            changed = joined or updated.subscribed_topic_names != member.subscribed_topic_names
+            if group.bump_group_epoch(changed, _fingerprint(group, snapshot)):
                 log.info(
                     "share group epoch bumped",
                     group=group.group_id,
@@ -211,7 +192,7 @@ class ShareGroupProtocol:
             group.members[updated.member_id] = updated
             self._schedule_session(group, updated.member_id)
             full = req.member_epoch == 0 or req.subscribed_topic_names is not None
-            return ShareHeartbeatResult(
+            return HeartbeatResult(
                 member_id=updated.member_id,
                 member_epoch=updated.member_epoch,
                 heartbeat_interval_ms=self._heartbeat_interval_ms(group.group_id),
@@ -232,9 +213,9 @@ class ShareGroupProtocol:
             )
             for m in group.members.values()
         }
-        group.target = self._assignor.assign(subscriptions, topics, group.target)
-        group.assignment_epoch = group.group_epoch
-        group.assignor_name = self._assignor.name
+        group.install_target(
+            self._assignor.assign(subscriptions, topics, group.target), self._assignor.name
+        )
         log.info(
             "share group target assignment computed",
             group=group.group_id,
@@ -243,13 +224,13 @@ class ShareGroupProtocol:
             partitions=sum(t.num_partitions for t in topics.values()),
         )
 
-    def _leave(self, req: ShareGroupHeartbeat) -> ShareHeartbeatResult:
+    def _leave(self, req: ShareGroupHeartbeat) -> HeartbeatResult:
         group = self._group(req.group_id, create=False)
         with group.lock:
             if req.member_id not in group.members:
                 raise KafkaError(ErrorCode.unknown_member_id)
             self._remove(group, req.member_id, "the member left the group", fenced=False)
-        return ShareHeartbeatResult(member_id=req.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH)
+        return HeartbeatResult(member_id=req.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH)
 
     def _remove(self, group: ShareGroup, member_id: str, reason: str, fenced: bool) -> None:
         """Remove a member and bump the group epoch; the listeners hear of a fenced one."""

@@ -14,7 +14,7 @@ from kplane.broker.group.assignor import (
     freeze,
     rack_matches,
 )
-from kplane.broker.group.consumer_group import Assignment
+from kplane.broker.group.modern_group import Assignment
 
 
 class UniformAssignor:

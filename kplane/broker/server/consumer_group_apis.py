@@ -12,8 +12,9 @@ from typing import Any
 import structlog
 
 from kplane.broker.group.consumer_group import Assignment, assignment_of
-from kplane.broker.group.consumer_protocol import ConsumerGroupHeartbeat, HeartbeatResult
+from kplane.broker.group.consumer_protocol import ConsumerGroupHeartbeat
 from kplane.broker.group.coordinator import GroupCoordinator
+from kplane.broker.group.heartbeat_result import HeartbeatResult
 from kplane.broker.server.context import Handler, RequestContext
 from kplane.common.acl import AclOperation, AclResourceType
 from kplane.protocol.api_keys import ApiKey

@@ -12,8 +12,9 @@ from typing import Any
 import structlog
 
 from kplane.broker.group.coordinator import GroupCoordinator
-from kplane.broker.group.share_group import Assignment
-from kplane.broker.group.share_protocol import ShareGroupHeartbeat, ShareHeartbeatResult
+from kplane.broker.group.heartbeat_result import HeartbeatResult
+from kplane.broker.group.modern_group import Assignment
+from kplane.broker.group.share_protocol import ShareGroupHeartbeat
 from kplane.broker.server.context import Handler, RequestContext
 from kplane.common.acl import AclOperation, AclResourceType
 from kplane.protocol.api_keys import ApiKey
@@ -46,14 +47,14 @@ class ShareGroupApis:
         req = ctx.body
         names = req.subscribed_topic_names
         if not self._owns(req.group_id):
-            result = ShareHeartbeatResult(ErrorCode.not_coordinator)
+            result = HeartbeatResult(ErrorCode.not_coordinator)
         elif not ctx.authorized(AclOperation.READ, AclResourceType.GROUP, req.group_id):
-            result = ShareHeartbeatResult(ErrorCode.group_authorization_failed)
+            result = HeartbeatResult(ErrorCode.group_authorization_failed)
         elif names is not None and any(
             not ctx.authorized(AclOperation.DESCRIBE, AclResourceType.TOPIC, n, False)
             for n in names
         ):
-            result = ShareHeartbeatResult(ErrorCode.topic_authorization_failed)
+            result = HeartbeatResult(ErrorCode.topic_authorization_failed)
         else:
             result = self.coordinator.share.heartbeat(
                 ShareGroupHeartbeat(
