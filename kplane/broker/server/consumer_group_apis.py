@@ -7,20 +7,21 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
 
-import structlog
-
-from kplane.broker.group.consumer_group import Assignment, assignment_of
+from kplane.broker.group.consumer_group import assignment_of
 from kplane.broker.group.consumer_protocol import ConsumerGroupHeartbeat
 from kplane.broker.group.coordinator import GroupCoordinator
-from kplane.broker.group.heartbeat_result import HeartbeatResult
 from kplane.broker.server.context import Handler, RequestContext
+from kplane.broker.server.modern_group_apis import (
+    describable_groups,
+    described_assignment,
+    described_group_error,
+    heartbeat_refusal,
+    respond_to_heartbeat,
+)
 from kplane.common.acl import AclOperation, AclResourceType
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode
-
-log = structlog.get_logger(__name__)
 
 _MEMBER_TYPE_CLASSIC = 0
 _MEMBER_TYPE_CONSUMER = 1
@@ -62,16 +63,8 @@ class ConsumerGroupApis:
     def heartbeat(self, ctx: RequestContext) -> None:
         req = ctx.body
         names = req.subscribed_topic_names
-        if not self._owns(req.group_id):
-            result = HeartbeatResult(ErrorCode.not_coordinator)
-        elif not ctx.authorized(AclOperation.READ, AclResourceType.GROUP, req.group_id):
-            result = HeartbeatResult(ErrorCode.group_authorization_failed)
-        elif names is not None and any(
-            not ctx.authorized(AclOperation.DESCRIBE, AclResourceType.TOPIC, n, False)
-            for n in names
-        ):
-            result = HeartbeatResult(ErrorCode.topic_authorization_failed)
-        else:
+        result = heartbeat_refusal(ctx, self._owns, req.group_id, names)
+        if result is None:
             owned = req.topic_partitions
             member_id = req.member_id
             if not member_id and ctx.api_version == 0 and req.member_epoch == 0:
@@ -96,66 +89,21 @@ class ConsumerGroupApis:
                     client_host=f"/{ctx.request.client_host}",
                 )
             )
-        if result.error in _BAD_INPUT:
-            log.warning(
-                "consumer group heartbeat refused",
-                group=req.group_id,
-                member=req.member_id,
-                error=result.error.name,
-                message=result.message,
-            )
-        elif result.error not in (ErrorCode.none, ErrorCode.not_coordinator):
-            log.info(
-                "consumer group heartbeat refused",
-                group=req.group_id,
-                member=req.member_id,
-                error=result.error.name,
-                message=result.message,
-            )
-        ctx.respond(
-            ctx.make_response(
-                throttle_time=datetime.timedelta(0),
-                error_code=result.error,
-                error_message=result.message,
-                member_id=result.member_id,
-                member_epoch=result.member_epoch,
-                heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms),
-                assignment=(
-                    ctx.make("Assignment", topic_partitions=self._topics(ctx, result.assignment))
-                    if result.assignment is not None
-                    else None
-                ),
-            )
-        )
-
-    @staticmethod
-    def _topics(ctx: RequestContext, assignment: Assignment) -> tuple[Any, ...]:
-        return tuple(
-            ctx.make("TopicPartitions", topic_id=topic_id, partitions=tuple(sorted(parts)))
-            for topic_id, parts in sorted(assignment.items())
-        )
+        respond_to_heartbeat(ctx, "consumer", req.group_id, req.member_id, result, _BAD_INPUT)
 
     def describe(self, ctx: RequestContext) -> None:
         req = ctx.body
         include_ops = bool(req.include_authorized_operations)
-        allowed = []
-        refused: dict[str, ErrorCode] = {}
-        for group_id in req.group_ids:
-            if not self._owns(group_id):
-                refused[group_id] = ErrorCode.not_coordinator
-            elif not ctx.authorized(AclOperation.DESCRIBE, AclResourceType.GROUP, group_id):
-                refused[group_id] = ErrorCode.group_authorization_failed
-            else:
-                allowed.append(group_id)
+        allowed, refused = describable_groups(ctx, self._owns, req.group_ids)
         described = {d.group_id: d for d in self.coordinator.describe_consumer_groups(allowed)}
         groups = []
         for group_id in req.group_ids:
             d = described.get(group_id)
             if d is None:
-                groups.append(self._group_error(ctx, group_id, refused[group_id], None))
+                groups.append(described_group_error(ctx, group_id, refused[group_id], None))
                 continue
             if d.error is not ErrorCode.none:
-                groups.append(self._group_error(ctx, group_id, d.error, d.message))
+                groups.append(described_group_error(ctx, group_id, d.error, d.message))
                 continue
             topics = {
                 topic_id
@@ -170,24 +118,9 @@ class ConsumerGroupApis:
                 for name in names.values()
             ):
                 groups.append(
-                    self._group_error(ctx, group_id, ErrorCode.topic_authorization_failed, None)
+                    described_group_error(ctx, group_id, ErrorCode.topic_authorization_failed, None)
                 )
                 continue
-
-            def assignment(a: Assignment, names: dict[uuid.UUID, str | None] = names) -> Any:
-                return ctx.make(
-                    "Assignment",
-                    topic_partitions=tuple(
-                        ctx.make(
-                            "TopicPartitions",
-                            topic_id=topic_id,
-                            topic_name=names.get(topic_id) or "",
-                            partitions=tuple(sorted(parts)),
-                        )
-                        for topic_id, parts in sorted(a.items())
-                    ),
-                )
-
             groups.append(
                 ctx.make(
                     "DescribedGroup",
@@ -208,8 +141,8 @@ class ConsumerGroupApis:
                             client_host=m.client_host,
                             subscribed_topic_names=m.subscribed_topic_names,
                             subscribed_topic_regex=m.subscribed_topic_regex,
-                            assignment=assignment(m.assigned),
-                            target_assignment=assignment(target),
+                            assignment=described_assignment(ctx, m.assigned, names.get),
+                            target_assignment=described_assignment(ctx, target, names.get),
                             member_type=(
                                 _MEMBER_TYPE_CLASSIC
                                 if m.classic is not None
@@ -226,16 +159,3 @@ class ConsumerGroupApis:
                 )
             )
         ctx.respond(ctx.make_response(throttle_time=datetime.timedelta(0), groups=tuple(groups)))
-
-    @staticmethod
-    def _group_error(
-        ctx: RequestContext, group_id: str, error: ErrorCode, message: str | None
-    ) -> Any:
-        return ctx.make(
-            "DescribedGroup",
-            error_code=error,
-            error_message=message,
-            group_id=group_id,
-            group_state="",
-            members=(),
-        )

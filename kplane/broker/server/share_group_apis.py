@@ -7,20 +7,20 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
-
-import structlog
 
 from kplane.broker.group.coordinator import GroupCoordinator
-from kplane.broker.group.heartbeat_result import HeartbeatResult
-from kplane.broker.group.modern_group import Assignment
 from kplane.broker.group.share_protocol import ShareGroupHeartbeat
 from kplane.broker.server.context import Handler, RequestContext
-from kplane.common.acl import AclOperation, AclResourceType
+from kplane.broker.server.modern_group_apis import (
+    describable_groups,
+    described_assignment,
+    described_group_error,
+    heartbeat_refusal,
+    respond_to_heartbeat,
+)
+from kplane.common.acl import AclResourceType
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode
-
-log = structlog.get_logger(__name__)
 
 
 class ShareGroupApis:
@@ -46,16 +46,8 @@ class ShareGroupApis:
     def heartbeat(self, ctx: RequestContext) -> None:
         req = ctx.body
         names = req.subscribed_topic_names
-        if not self._owns(req.group_id):
-            result = HeartbeatResult(ErrorCode.not_coordinator)
-        elif not ctx.authorized(AclOperation.READ, AclResourceType.GROUP, req.group_id):
-            result = HeartbeatResult(ErrorCode.group_authorization_failed)
-        elif names is not None and any(
-            not ctx.authorized(AclOperation.DESCRIBE, AclResourceType.TOPIC, n, False)
-            for n in names
-        ):
-            result = HeartbeatResult(ErrorCode.topic_authorization_failed)
-        else:
+        result = heartbeat_refusal(ctx, self._owns, req.group_id, names)
+        if result is None:
             result = self.coordinator.share.heartbeat(
                 ShareGroupHeartbeat(
                     group_id=req.group_id,
@@ -67,95 +59,24 @@ class ShareGroupApis:
                     client_host=f"/{ctx.request.client_host}",
                 )
             )
-        if result.error is ErrorCode.invalid_request:
-            log.warning(
-                "share group heartbeat refused",
-                group=req.group_id,
-                member=req.member_id,
-                error=result.error.name,
-                message=result.message,
-            )
-        elif result.error not in (ErrorCode.none, ErrorCode.not_coordinator):
-            log.info(
-                "share group heartbeat refused",
-                group=req.group_id,
-                member=req.member_id,
-                error=result.error.name,
-                message=result.message,
-            )
-        ctx.respond(
-            ctx.make_response(
-                throttle_time=datetime.timedelta(0),
-                error_code=result.error,
-                error_message=result.message,
-                member_id=result.member_id,
-                member_epoch=result.member_epoch,
-                heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms),
-                assignment=(
-                    ctx.make(
-                        "Assignment",
-                        topic_partitions=tuple(
-                            ctx.make(
-                                "TopicPartitions",
-                                topic_id=topic_id,
-                                partitions=tuple(sorted(parts)),
-                            )
-                            for topic_id, parts in sorted(result.assignment.items())
-                        ),
-                    )
-                    if result.assignment is not None
-                    else None
-                ),
-            )
+        respond_to_heartbeat(
+            ctx, "share", req.group_id, req.member_id, result, (ErrorCode.invalid_request,)
         )
 
     def describe(self, ctx: RequestContext) -> None:
         req = ctx.body
         include_ops = bool(req.include_authorized_operations)
-        allowed = []
-        refused: dict[str, ErrorCode] = {}
-        for group_id in req.group_ids:
-            if not self._owns(group_id):
-                refused[group_id] = ErrorCode.not_coordinator
-            elif not ctx.authorized(AclOperation.DESCRIBE, AclResourceType.GROUP, group_id):
-                refused[group_id] = ErrorCode.group_authorization_failed
-            else:
-                allowed.append(group_id)
+        allowed, refused = describable_groups(ctx, self._owns, req.group_ids)
         described = {d.group_id: d for d in self.coordinator.describe_share_groups(allowed)}
         groups = []
         for group_id in req.group_ids:
             d = described.get(group_id)
-            if d is None or d.error is not ErrorCode.none:
-                error = refused[group_id] if d is None else d.error
-                groups.append(
-                    ctx.make(
-                        "DescribedGroup",
-                        error_code=error,
-                        error_message=None if d is None else d.message,
-                        group_id=group_id,
-                        group_state="",
-                        group_epoch=0,
-                        assignment_epoch=0,
-                        assignor_name="",
-                        members=(),
-                    )
-                )
+            if d is None:
+                groups.append(described_group_error(ctx, group_id, refused[group_id], None))
                 continue
-
-            def assignment(a: Assignment) -> Any:
-                return ctx.make(
-                    "Assignment",
-                    topic_partitions=tuple(
-                        ctx.make(
-                            "TopicPartitions",
-                            topic_id=topic_id,
-                            topic_name=self._topic_name_of(topic_id) or "",
-                            partitions=tuple(sorted(parts)),
-                        )
-                        for topic_id, parts in sorted(a.items())
-                    ),
-                )
-
+            if d.error is not ErrorCode.none:
+                groups.append(described_group_error(ctx, group_id, d.error, d.message))
+                continue
             groups.append(
                 ctx.make(
                     "DescribedGroup",
@@ -174,7 +95,7 @@ class ShareGroupApis:
                             client_id=m.client_id,
                             client_host=m.client_host,
                             subscribed_topic_names=m.subscribed_topic_names,
-                            assignment=assignment(m.assigned),
+                            assignment=described_assignment(ctx, m.assigned, self._topic_name_of),
                         )
                         for m in d.members
                     ),
