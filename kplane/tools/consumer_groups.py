@@ -4,7 +4,6 @@ groups (kafka-consumer-groups.sh), with Kafka's options and tables."""
 from __future__ import annotations
 
 import argparse
-import datetime
 import sys
 from typing import Any
 
@@ -12,6 +11,7 @@ from kplane.client.admin import EARLIEST, LATEST, Admin
 from kplane.client.group_admin import GroupAdmin, GroupDescription
 from kplane.protocol.errors import ErrorCode
 from kplane.tools.admin_session import UsageError, add_connection_args, run_admin
+from kplane.tools.group_offsets_args import check_action_args, named_partitions, timestamp_ms
 
 TOOL = "kplane consumer-groups"
 INACTIVE = ("Empty", "Dead")
@@ -67,20 +67,14 @@ def table(rows: list[tuple[Any, ...]]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the command; 0 on success, 1 with one line on stderr otherwise."""
     try:
-        if not args.list and not args.group:
+        check_action_args(args)
+        if args.reset_offsets and not any(
+            getattr(args, name) not in (None, False) for name in RESETS
+        ):
             raise UsageError(
-                "--group is required with --describe, --reset-offsets, --delete, --delete-offsets"
+                "--reset-offsets needs one of --to-earliest, --to-latest, --to-offset, "
+                "--shift-by, --to-datetime"
             )
-        if args.delete_offsets and not args.topic:
-            raise UsageError("--delete-offsets needs --topic")
-        if args.reset_offsets:
-            if not (args.topic or args.all_topics):
-                raise UsageError("--reset-offsets needs --topic or --all-topics")
-            if not any(getattr(args, name) not in (None, False) for name in RESETS):
-                raise UsageError(
-                    "--reset-offsets needs one of --to-earliest, --to-latest, --to-offset, "
-                    "--shift-by, --to-datetime"
-                )
     except UsageError as exc:
         print(f"{TOOL}: {exc}", file=sys.stderr)
         return 1
@@ -188,31 +182,6 @@ def _or_dash(value: int | None) -> Any:
     return "-" if value is None else value
 
 
-async def _reset_partitions(
-    admin: Admin, args: argparse.Namespace, committed: dict[tuple[str, int], int]
-) -> list[tuple[str, int]]:
-    if args.all_topics:
-        return sorted(committed)
-    wanted: list[tuple[str, int]] = []
-    for item in args.topic:
-        name, _, numbers = item.partition(":")
-        if numbers:
-            wanted += [(name, int(p)) for p in numbers.split(",")]
-            continue
-        (topic,) = await admin.describe_topics([name])
-        if topic.error is not None:
-            raise UsageError(f"topic '{name}': {topic.error}")
-        wanted += [(name, p.partition) for p in topic.partitions]
-    return sorted(set(wanted))
-
-
-def _timestamp_ms(text: str) -> int:
-    moment = datetime.datetime.fromisoformat(text)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return int(moment.timestamp() * 1000)
-
-
 async def _new_offsets(
     admin: Admin,
     args: argparse.Namespace,
@@ -235,7 +204,7 @@ async def _new_offsets(
         return {
             tp: clamp(tp, committed.get(tp, latest[tp][0]) + args.shift_by) for tp in partitions
         }
-    at = await admin.list_offsets({tp: _timestamp_ms(args.to_datetime) for tp in partitions})
+    at = await admin.list_offsets({tp: timestamp_ms(args.to_datetime) for tp in partitions})
     return {tp: at[tp][0] if at[tp][0] >= 0 else latest[tp][0] for tp in partitions}
 
 
@@ -251,7 +220,7 @@ async def _reset(admin: Admin, args: argparse.Namespace) -> int:
         return 1
     committed = await groups.committed_offsets(args.group)
     try:
-        partitions = await _reset_partitions(admin, args, committed)
+        partitions = await named_partitions(admin, args, committed)
         new = await _new_offsets(admin, args, partitions, committed) if partitions else {}
     except (UsageError, ValueError) as exc:
         print(f"{TOOL}: {exc}", file=sys.stderr)
@@ -309,7 +278,7 @@ PARTITION_LEVEL = (
 
 async def _delete_offsets(admin: Admin, args: argparse.Namespace) -> int:
     try:
-        partitions = await _reset_partitions(admin, args, {})
+        partitions = await named_partitions(admin, args, ())
     except (UsageError, ValueError) as exc:
         print(f"{TOOL}: {exc}", file=sys.stderr)
         return 1

@@ -6,7 +6,6 @@ APIs) go to each group's coordinator."""
 from __future__ import annotations
 
 import argparse
-import datetime
 import sys
 from typing import Any
 
@@ -17,6 +16,7 @@ from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode, KafkaError
 from kplane.tools.admin_session import UsageError, add_connection_args, run_admin
 from kplane.tools.consumer_groups import table
+from kplane.tools.group_offsets_args import check_action_args, named_partitions, timestamp_ms
 
 TOOL = "kplane share-groups"
 
@@ -58,15 +58,8 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the command; 0 on success, 1 with one line on stderr otherwise."""
     try:
-        if not args.list and not args.group:
-            raise UsageError(
-                "--group is required with --describe, --reset-offsets, --delete, --delete-offsets"
-            )
-        if args.delete_offsets and not args.topic:
-            raise UsageError("--delete-offsets needs --topic")
+        check_action_args(args)
         if args.reset_offsets:
-            if not (args.topic or args.all_topics):
-                raise UsageError("--reset-offsets needs --topic or --all-topics")
             if not (
                 args.to_earliest or args.to_latest or args.to_offset is not None or args.to_datetime
             ):
@@ -219,31 +212,6 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _partitions(
-    admin: Admin, args: argparse.Namespace, stored: list[Any]
-) -> list[tuple[str, int]]:
-    if args.all_topics:
-        return sorted({(t, p.partition_index) for t, p in stored})
-    wanted: list[tuple[str, int]] = []
-    for item in args.topic:
-        name, _, numbers = item.partition(":")
-        if numbers:
-            wanted += [(name, int(p)) for p in numbers.split(",")]
-            continue
-        (topic,) = await admin.describe_topics([name])
-        if topic.error is not None:
-            raise UsageError(f"topic '{name}': {topic.error}")
-        wanted += [(name, p.partition) for p in topic.partitions]
-    return sorted(set(wanted))
-
-
-def _timestamp_ms(text: str) -> int:
-    moment = datetime.datetime.fromisoformat(text)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return int(moment.timestamp() * 1000)
-
-
 async def _reset(admin: Admin, args: argparse.Namespace) -> int:
     described, node = await _described(admin, args.group)
     if described.error_code == ErrorCode.none and described.members:
@@ -254,7 +222,9 @@ async def _reset(admin: Admin, args: argparse.Namespace) -> int:
         return 1
     _error, stored = await _offsets(admin, args.group, node)
     try:
-        partitions = await _partitions(admin, args, stored)
+        partitions = await named_partitions(
+            admin, args, ((t, p.partition_index) for t, p in stored)
+        )
     except (UsageError, ValueError) as exc:
         print(f"{TOOL}: {exc}", file=sys.stderr)
         return 1
@@ -263,7 +233,7 @@ async def _reset(admin: Admin, args: argparse.Namespace) -> int:
     elif args.to_latest:
         specs = dict.fromkeys(partitions, LATEST)
     elif args.to_datetime:
-        specs = dict.fromkeys(partitions, _timestamp_ms(args.to_datetime))
+        specs = dict.fromkeys(partitions, timestamp_ms(args.to_datetime))
     else:
         specs = {}
     found = await admin.list_offsets(specs) if specs else {}
