@@ -210,8 +210,9 @@ class FetchApis:
                 if spec.tp is not None:
                     self.replica_manager.update_follower_fetch(spec.tp, replica_id, spec.offset)
         max_bytes = min(req.max_bytes, self.fetch_max_bytes)
-        if replica_id < 0 and self._quotas is not None:
-            window = self._quotas.max_fetch_bytes(ctx.request)
+        quotas = self._quotas
+        if replica_id < 0 and quotas is not None and quotas.fetch.enabled:
+            window = quotas.max_fetch_bytes(ctx.request)
             if window is not None:  # more would be throttled even after a quiet window
                 max_bytes = min(max_bytes, window)
         min_bytes = min(req.min_bytes, max_bytes)
