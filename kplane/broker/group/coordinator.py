@@ -13,6 +13,7 @@ callback and may answer from another thread.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import structlog
 
@@ -42,6 +43,7 @@ from kplane.broker.group.group import (
 from kplane.broker.group.group_config import GroupConfig
 from kplane.broker.group.group_configs import GroupConfigManager
 from kplane.broker.group.group_registry import GroupRegistry
+from kplane.broker.group.modern_group import ModernGroup
 from kplane.broker.group.offset_manager import (
     OffsetDeleteResult,
     OffsetFetchResult,
@@ -58,6 +60,8 @@ from kplane.protocol.errors import ErrorCode, KafkaError
 log = structlog.get_logger(__name__)
 
 _OWNERSHIP_CHECK_MS = 1000
+_G = TypeVar("_G", bound=ModernGroup[Any])
+_D = TypeVar("_D")
 
 
 class GroupCoordinator:
@@ -569,51 +573,45 @@ class GroupCoordinator:
     def describe_consumer_groups(self, group_ids: Sequence[str]) -> list[ConsumerGroupDescription]:
         """ConsumerGroupDescribe; GROUP_ID_NOT_FOUND for an unknown group or one of another
         type."""
-        out = []
-        for group_id in group_ids:
-            group = self.groups.get(group_id)
-            if group is None or group.is_dead:
-                out.append(
-                    ConsumerGroupDescription(
-                        group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found."
-                    )
-                )
-            elif not isinstance(group, ConsumerGroup):
-                out.append(
-                    ConsumerGroupDescription(
-                        group_id,
-                        ErrorCode.group_id_not_found,
-                        f"Group {group_id} is not a consumer group.",
-                    )
-                )
-            else:
-                with group.lock:
-                    out.append(group.describe())
-        return out
+        return self._describe_modern(
+            group_ids, ConsumerGroup, ConsumerGroup.describe, ConsumerGroupDescription, "consumer"
+        )
 
     def describe_share_groups(self, group_ids: Sequence[str]) -> list[ShareGroupDescription]:
         """ShareGroupDescribe; GROUP_ID_NOT_FOUND for an unknown group or one of another
         type."""
+        return self._describe_modern(
+            group_ids, ShareGroup, ShareGroup.describe, ShareGroupDescription, "share"
+        )
+
+    def _describe_modern(
+        self,
+        group_ids: Sequence[str],
+        group_class: type[_G],
+        describe: Callable[[_G], _D],
+        refusal: Callable[[str, ErrorCode, str], _D],
+        type_name: str,
+    ) -> list[_D]:
+        """Each group described when it is a live ``group_class``; else a ``refusal``
+        with GROUP_ID_NOT_FOUND and Kafka's message."""
         out = []
         for group_id in group_ids:
             group = self.groups.get(group_id)
             if group is None or group.is_dead:
                 out.append(
-                    ShareGroupDescription(
-                        group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found."
-                    )
+                    refusal(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found.")
                 )
-            elif not isinstance(group, ShareGroup):
+            elif not isinstance(group, group_class):
                 out.append(
-                    ShareGroupDescription(
+                    refusal(
                         group_id,
                         ErrorCode.group_id_not_found,
-                        f"Group {group_id} is not a share group.",
+                        f"Group {group_id} is not a {type_name} group.",
                     )
                 )
             else:
                 with group.lock:
-                    out.append(group.describe())
+                    out.append(describe(group))
         return out
 
     def delete_groups(
