@@ -83,6 +83,8 @@ class KafkaConnection(asyncio.Protocol):
         self.writer: RegionWriter | None = None  # sending a response with file regions
         self.paced: tuple[Iterator[bytes | memoryview], Response] | None = None
         self.throttled = False  # muted for a client quota's throttle time (KIP-219)
+        self.close_callbacks: list[Callable[[], object]] | None = None
+        """Run once when the connection is forgotten (``Processor.on_connection_close``)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -590,11 +592,36 @@ class Processor:
         self.loop.create_task(adopt())
 
     def forget(self, conn: KafkaConnection) -> None:
-        """Drop a closed connection and give its slot back."""
-        if self.connections.pop(conn.connection_id, None) is not None:
-            with self._count_lock:
-                self._count -= 1
-            self._release_slot(conn.peer[0])
+        """Drop a closed connection, give its slot back and run its close callbacks."""
+        with self._count_lock:
+            if self.connections.pop(conn.connection_id, None) is None:
+                return
+            self._count -= 1
+            callbacks, conn.close_callbacks = conn.close_callbacks, None
+        self._release_slot(conn.peer[0])
+        for callback in callbacks or ():
+            try:
+                callback()
+            except Exception as exc:  # one listener's fault neither stops the others nor us
+                log.warning(
+                    "connection close callback failed",
+                    connection=conn.connection_id,
+                    listener=self.endpoint.listener_name,
+                    reason=f"{type(exc).__name__}: {exc}",
+                )
+
+    def on_connection_close(self, connection_id: str, callback: Callable[[], object]) -> None:
+        """Run ``callback`` once, on this thread, when the connection is forgotten (closed
+        for whatever reason, or the Processor stopped); at once, on the calling thread
+        (any), when it already was. Nothing is kept for connections that ask nothing."""
+        with self._count_lock:
+            conn = self.connections.get(connection_id)
+            if conn is not None:
+                if conn.close_callbacks is None:
+                    conn.close_callbacks = []
+                conn.close_callbacks.append(callback)
+                return
+        callback()
 
     def enqueue_response(self, response: Response) -> None:
         """Hand a response to this Processor (thread-safe; from its own thread, for a

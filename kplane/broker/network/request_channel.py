@@ -33,6 +33,11 @@ class ResponseSink(Protocol):
 
     def enqueue_response(self, response: Response) -> None: ...
 
+    def on_connection_close(self, connection_id: str, callback: Callable[[], object]) -> None:
+        """Run ``callback`` once when the connection closes (see
+        ``Request.on_connection_close``)."""
+        ...
+
 
 class PlaneProcessor(ResponseSink, Protocol):
     """A Processor as its channel's gauges see it."""
@@ -79,6 +84,14 @@ class Request:
                 self._on_disconnect = callback
                 return
         callback()
+
+    def on_connection_close(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` once, on the network thread, when this request's connection
+        closes for whatever reason (the client closed it, idle, an error, the broker's
+        shutdown); at once, on the calling thread, if it already has. Kafka's
+        ConnectionDisconnectListener, for the connections that ask: a share session or a
+        telemetry client instance goes with its connection."""
+        self.processor.on_connection_close(self.connection_id, callback)
 
     def mark_disconnected(self) -> None:
         """The client closed the connection: run the callback registered, if any."""

@@ -85,6 +85,15 @@ class RequestContext:
         return self.request.principal
 
     @property
+    def connection_id(self) -> str:
+        return self.request.connection_id
+
+    def on_connection_close(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` once when the connection this request came on closes (see
+        ``Request.on_connection_close``)."""
+        self.request.on_connection_close(callback)
+
+    @property
     def authorization_enabled(self) -> bool:
         return self._authorizer is not None
 
