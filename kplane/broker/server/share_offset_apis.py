@@ -64,6 +64,41 @@ class ShareOffsetApis:
             return ErrorCode.group_authorization_failed
         return None
 
+    def _empty_group(
+        self, ctx: RequestContext, group_id: str, operation: AclOperation, create: bool
+    ) -> bool:
+        """Whether the group may have its offsets changed now (an empty share group, made
+        when ``create``); else answers the request with why not."""
+        try:
+            error = self._group_error(ctx, group_id, operation)
+            if error is not None:
+                raise KafkaError(error)
+            self.coordinator.share.empty_group(group_id, create=create)
+        except KafkaError as exc:
+            ctx.respond(self._response(ctx, exc.code, exc.message, ()))
+            return False
+        return True
+
+    def _topic_error(self, ctx: RequestContext, topic: str) -> ErrorCode:
+        """A topic of an alter or delete: READ denied, or unknown; else none."""
+        if not ctx.authorized(AclOperation.READ, AclResourceType.TOPIC, topic):
+            return ErrorCode.topic_authorization_failed
+        if self._topic_id(topic) is None:
+            return ErrorCode.unknown_topic_or_partition
+        return ErrorCode.none
+
+    @staticmethod
+    def _response(
+        ctx: RequestContext, code: ErrorCode, message: str | None, topics: tuple[Any, ...]
+    ) -> Any:
+        """AlterShareGroupOffsets' and DeleteShareGroupOffsets' answer."""
+        return ctx.make_response(
+            throttle_time=datetime.timedelta(0),
+            error_code=code,
+            error_message=message,
+            responses=topics,
+        )
+
     # -- DescribeShareGroupOffsets ----------------------------------------------------
 
     def handle_describe(self, ctx: RequestContext) -> None:
@@ -129,24 +164,13 @@ class ShareOffsetApis:
     def handle_alter(self, ctx: RequestContext) -> None:
         req = ctx.body
         group_id = str(req.group_id)
-        try:
-            error = self._group_error(ctx, group_id, AclOperation.READ)
-            if error is not None:
-                raise KafkaError(error)
-            self.coordinator.share.empty_group(group_id, create=True)
-        except KafkaError as exc:
-            ctx.respond(self._alter_response(ctx, exc.code, exc.message, ()))
+        if not self._empty_group(ctx, group_id, AclOperation.READ, create=True):
             return
         offsets: dict[TopicPartition, int] = {}
         topics = []
         for topic in req.topics:
             name = str(topic.topic_name)
-            if not ctx.authorized(AclOperation.READ, AclResourceType.TOPIC, name):
-                code = ErrorCode.topic_authorization_failed
-            elif self._topic_id(name) is None:
-                code = ErrorCode.unknown_topic_or_partition
-            else:
-                code = ErrorCode.none
+            code = self._topic_error(ctx, name)
             parts = []
             for p in topic.partitions:
                 index = int(p.partition_index)
@@ -177,43 +201,22 @@ class ShareOffsetApis:
                 group=group_id,
                 partitions=[str(tp) for tp in offsets],
             )
-        ctx.respond(self._alter_response(ctx, ErrorCode.none, None, tuple(topics)))
-
-    @staticmethod
-    def _alter_response(
-        ctx: RequestContext, code: ErrorCode, message: str | None, topics: tuple[Any, ...]
-    ) -> Any:
-        return ctx.make_response(
-            throttle_time=datetime.timedelta(0),
-            error_code=code,
-            error_message=message,
-            responses=topics,
-        )
+        ctx.respond(self._response(ctx, ErrorCode.none, None, tuple(topics)))
 
     # -- DeleteShareGroupOffsets ------------------------------------------------------
 
     def handle_delete(self, ctx: RequestContext) -> None:
         req = ctx.body
         group_id = str(req.group_id)
-        try:
-            error = self._group_error(ctx, group_id, AclOperation.DELETE)
-            if error is not None:
-                raise KafkaError(error)
-            self.coordinator.share.empty_group(group_id, create=False)
-        except KafkaError as exc:
-            ctx.respond(self._alter_response(ctx, exc.code, exc.message, ()))
+        if not self._empty_group(ctx, group_id, AclOperation.DELETE, create=False):
             return
         stored = self.partitions.stored_partitions(group_id)
         gone: list[TopicPartition] = []
         topics = []
         for topic in req.topics:
             name = str(topic.topic_name)
-            if not ctx.authorized(AclOperation.READ, AclResourceType.TOPIC, name):
-                code = ErrorCode.topic_authorization_failed
-            elif self._topic_id(name) is None:
-                code = ErrorCode.unknown_topic_or_partition
-            else:
-                code = ErrorCode.none
+            code = self._topic_error(ctx, name)
+            if code is ErrorCode.none:
                 gone += [tp for tp in stored if tp.topic == name]
             topics.append(
                 ctx.make(
@@ -228,4 +231,4 @@ class ShareOffsetApis:
             log.info(
                 "share group offsets deleted", group=group_id, partitions=[str(tp) for tp in gone]
             )
-        ctx.respond(self._alter_response(ctx, ErrorCode.none, None, tuple(topics)))
+        ctx.respond(self._response(ctx, ErrorCode.none, None, tuple(topics)))
