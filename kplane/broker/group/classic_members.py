@@ -178,21 +178,7 @@ class ClassicMembers:
             return static, False
         if not unknown:
             raise KafkaError(ErrorCode.fenced_instance_id)
-        target = group.target.get(static.member_id, {})
-        group.remove_member(static.member_id)
-        self.protocol.cancel_timers(group, static.member_id)
-        group.target[member_id] = target
-        log.info(
-            "static member rejoined",
-            group=group.group_id,
-            instance_id=instance_id,
-            old_member=static.member_id,
-            member=member_id,
-        )
-        replaced = dataclasses.replace(
-            static, member_id=member_id, member_epoch=0, previous_member_epoch=0
-        )
-        return replaced, False
+        return self.protocol.replace_static_member(group, static, member_id, instance_id), False
 
     # -- SyncGroup, Heartbeat, LeaveGroup -------------------------------------------------
 

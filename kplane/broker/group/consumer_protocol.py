@@ -239,23 +239,8 @@ class ConsumerGroupProtocol:
                         f"Static member {static.member_id} with instance id {req.instance_id} "
                         "is not released yet.",
                     )
-                # The instance comes back under a new member id: it takes the old member's
-                # place, epoch and assignment, without a rebalance.
-                target = group.target.get(static.member_id, {})
-                group.remove_member(static.member_id)
-                self.cancel_timers(group, static.member_id)
-                group.target[req.member_id] = target
-                log.info(
-                    "static member rejoined",
-                    group=group.group_id,
-                    instance_id=req.instance_id,
-                    old_member=static.member_id,
-                    member=req.member_id,
-                )
                 return (
-                    dataclasses.replace(
-                        static, member_id=req.member_id, member_epoch=0, previous_member_epoch=0
-                    ),
+                    self.replace_static_member(group, static, req.member_id, req.instance_id),
                     False,
                 )
             if existing is None:
@@ -273,6 +258,31 @@ class ConsumerGroupProtocol:
             )
         self._check_epoch(existing, req)
         return existing, False
+
+    def replace_static_member(
+        self,
+        group: ConsumerGroup,
+        static: ConsumerGroupMember,
+        member_id: str,
+        instance_id: str,
+    ) -> ConsumerGroupMember:
+        """The static member's instance comes back under a new ``member_id``: it takes the
+        old member's place, epoch and target assignment, without a rebalance (either
+        protocol's member). Returns the joining member, at epoch 0."""
+        target = group.target.get(static.member_id, {})
+        group.remove_member(static.member_id)
+        self.cancel_timers(group, static.member_id)
+        group.target[member_id] = target
+        log.info(
+            "static member rejoined",
+            group=group.group_id,
+            instance_id=instance_id,
+            old_member=static.member_id,
+            member=member_id,
+        )
+        return dataclasses.replace(
+            static, member_id=member_id, member_epoch=0, previous_member_epoch=0
+        )
 
     @staticmethod
     def _check_epoch(member: ConsumerGroupMember, req: ConsumerGroupHeartbeat) -> None:
