@@ -70,89 +70,63 @@ class ClassicMembers:
         *,
         require_known_member_id: bool,
     ) -> JoinGroupResult:
-        """A classic member joins (or rejoins) the consumer group."""
+        """A classic member joins (or rejoins) the consumer group; an unknown one is
+        named here."""
         try:
-            return self._join(
-                group,
-                member_id,
-                instance_id,
-                client_id,
-                client_host,
-                rebalance_timeout_ms,
-                session_timeout_ms,
-                protocol_type,
-                protocols,
-                require_known_member_id,
-            )
+            proto = self.protocol
+            snapshot = proto.snapshot()
+            with group.lock:
+                if group.is_dead:
+                    raise KafkaError(ErrorCode.coordinator_not_available)
+                unknown = member_id == UNKNOWN_MEMBER_ID
+                joining_id = str(uuid.uuid4()) if unknown else member_id
+                proto.check_size(group, joining_id, instance_id)
+                if not _supports(group, protocol_type, protocols):
+                    raise KafkaError(ErrorCode.inconsistent_group_protocol)
+                if unknown and require_known_member_id and instance_id is None:
+                    return JoinGroupResult(joining_id, ErrorCode.member_id_required)
+                try:
+                    subscription = decode_subscription(protocols[0][1])
+                except MalformedProtocol as exc:
+                    raise KafkaError(ErrorCode.inconsistent_group_protocol, str(exc)) from None
+                replaced = group.static_member(instance_id) if instance_id is not None else None
+                member, joined = self._member(group, joining_id, instance_id, unknown)
+                updated = dataclasses.replace(
+                    member,
+                    instance_id=instance_id if instance_id is not None else member.instance_id,
+                    rack_id=subscription.rack_id or member.rack_id,
+                    rebalance_timeout_ms=rebalance_timeout_ms,
+                    subscribed_topic_names=subscription.topics,
+                    subscribed_topic_regex=None,
+                    server_assignor=None,
+                    client_id=client_id,
+                    client_host=client_host,
+                    classic=ClassicMemberMetadata(session_timeout_ms, tuple(protocols)),
+                )
+                ids = {name: info.topic_id for name, info in snapshot.topics.items()}
+                owned = assignment_of(
+                    (ids[topic], (p,)) for topic, p in subscription.owned_partitions if topic in ids
+                )
+                reconciled = proto.update(group, member, updated, joined, owned, snapshot)
+                generation = reconciled.member_epoch
+                if (
+                    replaced is not None
+                    and replaced.member_id != joining_id
+                    and proto.downgrade_on_replace(group, replaced)
+                ):
+                    generation = group.group_epoch  # the classic group's generation
+                else:
+                    proto.persist(group)
+                    proto.classic_joined(group, reconciled)
+                return JoinGroupResult(
+                    reconciled.member_id,
+                    generation_id=generation,
+                    protocol_type=CONSUMER_PROTOCOL_TYPE,
+                    protocol_name=protocols[0][0],
+                    leader_id=NO_LEADER,
+                )
         except KafkaError as exc:
             return JoinGroupResult(member_id, exc.code)
-
-    def _join(
-        self,
-        group: ConsumerGroup,
-        member_id: str,
-        instance_id: str | None,
-        client_id: str,
-        client_host: str,
-        rebalance_timeout_ms: int,
-        session_timeout_ms: int,
-        protocol_type: str,
-        protocols: Sequence[tuple[str, bytes]],
-        require_known_member_id: bool,
-    ) -> JoinGroupResult:
-        proto = self.protocol
-        snapshot = proto.snapshot()
-        with group.lock:
-            if group.is_dead:
-                raise KafkaError(ErrorCode.coordinator_not_available)
-            unknown = member_id == UNKNOWN_MEMBER_ID
-            if unknown:
-                member_id = str(uuid.uuid4())
-            proto.check_size(group, member_id, instance_id)
-            if not _supports(group, protocol_type, protocols):
-                raise KafkaError(ErrorCode.inconsistent_group_protocol)
-            if unknown and require_known_member_id and instance_id is None:
-                return JoinGroupResult(member_id, ErrorCode.member_id_required)
-            try:
-                subscription = decode_subscription(protocols[0][1])
-            except MalformedProtocol as exc:
-                raise KafkaError(ErrorCode.inconsistent_group_protocol, str(exc)) from None
-            replaced = group.static_member(instance_id) if instance_id is not None else None
-            member, joined = self._member(group, member_id, instance_id, unknown)
-            updated = dataclasses.replace(
-                member,
-                instance_id=instance_id if instance_id is not None else member.instance_id,
-                rack_id=subscription.rack_id or member.rack_id,
-                rebalance_timeout_ms=rebalance_timeout_ms,
-                subscribed_topic_names=subscription.topics,
-                subscribed_topic_regex=None,
-                server_assignor=None,
-                client_id=client_id,
-                client_host=client_host,
-                classic=ClassicMemberMetadata(session_timeout_ms, tuple(protocols)),
-            )
-            ids = {name: info.topic_id for name, info in snapshot.topics.items()}
-            owned = assignment_of(
-                (ids[topic], (p,)) for topic, p in subscription.owned_partitions if topic in ids
-            )
-            reconciled = proto.update(group, member, updated, joined, owned, snapshot)
-            generation = reconciled.member_epoch
-            if (
-                replaced is not None
-                and replaced.member_id != member_id
-                and proto.downgrade_on_replace(group, replaced)
-            ):
-                generation = group.group_epoch  # the classic group's generation
-            else:
-                proto.persist(group)
-                proto.classic_joined(group, reconciled)
-            return JoinGroupResult(
-                reconciled.member_id,
-                generation_id=generation,
-                protocol_type=CONSUMER_PROTOCOL_TYPE,
-                protocol_name=protocols[0][0],
-                leader_id=NO_LEADER,
-            )
 
     def _member(
         self, group: ConsumerGroup, member_id: str, instance_id: str | None, unknown: bool
