@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kplane.broker.group.group import GroupOverview, GroupType, OffsetExpiration
-from kplane.broker.group.modern_group import Assignment, ModernGroup
+from kplane.broker.group.modern_group import Assignment, ModernGroup, ModernGroupDescription
 from kplane.protocol.errors import ErrorCode
 
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
@@ -149,17 +149,8 @@ def assignment_from_json(doc: Mapping[str, Iterable[int]]) -> dict[uuid.UUID, fr
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerGroupDescription:
+class ConsumerGroupDescription(ModernGroupDescription[tuple[ConsumerGroupMember, Assignment]]):
     """ConsumerGroupDescribe's view of a group: each member with its target assignment."""
-
-    group_id: str
-    error: ErrorCode = ErrorCode.none
-    message: str | None = None
-    state: str = ConsumerGroupState.DEAD.value
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    assignor_name: str = ""
-    members: tuple[tuple[ConsumerGroupMember, Assignment], ...] = ()
 
 
 @dataclass(eq=False)

@@ -392,16 +392,13 @@ class ConsumerGroupProtocol:
         computed when the group epoch passed the assignment epoch; the member moves one step
         towards its target (``owned``: what it reported owning). Returns the member after
         that step; its timers are rescheduled. The caller holds the lock and persists."""
-        changed = joined or _subscription(updated) != _subscription(member)
         group.update_member(updated)
-        if group.bump_group_epoch(changed, _fingerprint(group, snapshot)):
-            log.info(
-                "consumer group epoch bumped",
-                group=group.group_id,
-                group_epoch=group.group_epoch,
-                member=updated.member_id,
-                joined=joined,
-            )
+        group.bump_group_epoch(
+            _fingerprint(group, snapshot),
+            updated.member_id,
+            joined,
+            changed=_subscription(updated) != _subscription(member),
+        )
         if group.group_epoch > group.assignment_epoch:
             self._compute_target(group, snapshot)
         reconciled = reconcile(

@@ -14,8 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+import structlog
+
 from kplane.broker.group.group import Group, OffsetsByPartition
 from kplane.protocol.errors import ErrorCode
+
+log = structlog.get_logger(__name__)
 
 Assignment = Mapping[uuid.UUID, frozenset[int]]
 """Partitions by topic id."""
@@ -23,6 +27,21 @@ Assignment = Mapping[uuid.UUID, frozenset[int]]
 LEAVE_GROUP_MEMBER_EPOCH = -1
 
 MemberT = TypeVar("MemberT")
+DescribedMemberT = TypeVar("DescribedMemberT")
+
+
+@dataclass(frozen=True, slots=True)
+class ModernGroupDescription(Generic[DescribedMemberT]):
+    """ConsumerGroupDescribe's or ShareGroupDescribe's view of a group."""
+
+    group_id: str
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    state: str = "Dead"
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor_name: str = ""
+    members: tuple[DescribedMemberT, ...] = ()
 
 
 @dataclass(eq=False)
@@ -49,16 +68,24 @@ class ModernGroup(Group, Generic[MemberT]):
     def state(self) -> enum.Enum:
         """The group's state; its value is the name Kafka reports."""
 
-    def bump_group_epoch(self, changed: bool, fingerprint: tuple[Any, ...]) -> bool:
-        """A member's heartbeat was handled: the group epoch goes up when the member
-        ``changed`` it (joined, or changed its subscription) or the subscribed topics now
-        resolve to another ``fingerprint`` (kept). Whether it went up."""
+    def bump_group_epoch(
+        self, fingerprint: tuple[Any, ...], member_id: str, joined: bool, changed: bool
+    ) -> None:
+        """A member's heartbeat was handled: the group epoch goes up (logged) when the
+        member ``joined`` or ``changed`` its subscription, or the subscribed topics now
+        resolve to another ``fingerprint`` (kept)."""
         if fingerprint != self.subscription_fingerprint:
             self.subscription_fingerprint = fingerprint
             changed = True
-        if changed:
+        if joined or changed:
             self.group_epoch += 1
-        return changed
+            log.info(
+                f"{self.group_type.value} group epoch bumped",
+                group=self.group_id,
+                group_epoch=self.group_epoch,
+                member=member_id,
+                joined=joined,
+            )
 
     def install_target(self, target: dict[str, Assignment], assignor_name: str) -> None:
         """The target assignment ``assignor_name`` computed for the current group epoch."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kplane.broker.group.group import GroupOverview, GroupType, OffsetExpiration
-from kplane.broker.group.modern_group import Assignment, ModernGroup
+from kplane.broker.group.modern_group import Assignment, ModernGroup, ModernGroupDescription
 from kplane.protocol.errors import ErrorCode
 
 SHARE_PROTOCOL_TYPE = "share"
@@ -43,17 +43,8 @@ class ShareGroupMember:
 
 
 @dataclass(frozen=True, slots=True)
-class ShareGroupDescription:
+class ShareGroupDescription(ModernGroupDescription[ShareGroupMember]):
     """ShareGroupDescribe's view of a group."""
-
-    group_id: str
-    error: ErrorCode = ErrorCode.none
-    message: str | None = None
-    state: str = ShareGroupState.DEAD.value
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    assignor_name: str = ""
-    members: tuple[ShareGroupMember, ...] = ()
 
 
 @dataclass(eq=False)

@@ -170,15 +170,12 @@ class ShareGroupProtocol:
                 client_host=req.client_host,
             )
             group.members[updated.member_id] = updated
-            changed = joined or updated.subscribed_topic_names != member.subscribed_topic_names
-            if group.bump_group_epoch(changed, _fingerprint(group, snapshot)):
-                log.info(
-                    "share group epoch bumped",
-                    group=group.group_id,
-                    group_epoch=group.group_epoch,
-                    member=updated.member_id,
-                    joined=joined,
-                )
+            group.bump_group_epoch(
+                _fingerprint(group, snapshot),
+                updated.member_id,
+                joined,
+                changed=updated.subscribed_topic_names != member.subscribed_topic_names,
+            )
             if group.group_epoch > group.assignment_epoch:
                 self._compute_target(group, snapshot)
             target = group.target.get(updated.member_id, {})
