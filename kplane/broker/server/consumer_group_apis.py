@@ -7,16 +7,16 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Callable, Mapping
+from typing import Any
 
-from kplane.broker.group.consumer_group import assignment_of
+from kplane.broker.group.consumer_group import ConsumerGroupDescription, assignment_of
 from kplane.broker.group.consumer_protocol import ConsumerGroupHeartbeat
 from kplane.broker.group.coordinator import GroupCoordinator
 from kplane.broker.server.context import Handler, RequestContext
 from kplane.broker.server.modern_group_apis import (
-    describable_groups,
     described_assignment,
-    described_group_error,
     heartbeat_refusal,
+    respond_to_describe,
     respond_to_heartbeat,
 )
 from kplane.common.acl import AclOperation, AclResourceType
@@ -92,19 +92,7 @@ class ConsumerGroupApis:
         respond_to_heartbeat(ctx, "consumer", req.group_id, req.member_id, result, _BAD_INPUT)
 
     def describe(self, ctx: RequestContext) -> None:
-        req = ctx.body
-        include_ops = bool(req.include_authorized_operations)
-        allowed, refused = describable_groups(ctx, self._owns, req.group_ids)
-        described = {d.group_id: d for d in self.coordinator.describe_consumer_groups(allowed)}
-        groups = []
-        for group_id in req.group_ids:
-            d = described.get(group_id)
-            if d is None:
-                groups.append(described_group_error(ctx, group_id, refused[group_id], None))
-                continue
-            if d.error is not ErrorCode.none:
-                groups.append(described_group_error(ctx, group_id, d.error, d.message))
-                continue
+        def members(d: ConsumerGroupDescription) -> tuple[Any, ...] | ErrorCode:
             topics = {
                 topic_id
                 for member, target in d.members
@@ -117,45 +105,25 @@ class ConsumerGroupApis:
                 and not ctx.authorized(AclOperation.DESCRIBE, AclResourceType.TOPIC, name, False)
                 for name in names.values()
             ):
-                groups.append(
-                    described_group_error(ctx, group_id, ErrorCode.topic_authorization_failed, None)
-                )
-                continue
-            groups.append(
+                return ErrorCode.topic_authorization_failed
+            return tuple(
                 ctx.make(
-                    "DescribedGroup",
-                    error_code=ErrorCode.none,
-                    group_id=group_id,
-                    group_state=d.state,
-                    group_epoch=d.group_epoch,
-                    assignment_epoch=d.assignment_epoch,
-                    assignor_name=d.assignor_name,
-                    members=tuple(
-                        ctx.make(
-                            "Member",
-                            member_id=m.member_id,
-                            instance_id=m.instance_id,
-                            rack_id=m.rack_id,
-                            member_epoch=m.member_epoch,
-                            client_id=m.client_id,
-                            client_host=m.client_host,
-                            subscribed_topic_names=m.subscribed_topic_names,
-                            subscribed_topic_regex=m.subscribed_topic_regex,
-                            assignment=described_assignment(ctx, m.assigned, names.get),
-                            target_assignment=described_assignment(ctx, target, names.get),
-                            member_type=(
-                                _MEMBER_TYPE_CLASSIC
-                                if m.classic is not None
-                                else _MEMBER_TYPE_CONSUMER
-                            ),
-                        )
-                        for m, target in d.members
-                    ),
-                    authorized_operations=(
-                        ctx.authorized_operations(AclResourceType.GROUP, group_id)
-                        if include_ops
-                        else -(2**31)
+                    "Member",
+                    member_id=m.member_id,
+                    instance_id=m.instance_id,
+                    rack_id=m.rack_id,
+                    member_epoch=m.member_epoch,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    subscribed_topic_names=m.subscribed_topic_names,
+                    subscribed_topic_regex=m.subscribed_topic_regex,
+                    assignment=described_assignment(ctx, m.assigned, names.get),
+                    target_assignment=described_assignment(ctx, target, names.get),
+                    member_type=(
+                        _MEMBER_TYPE_CLASSIC if m.classic is not None else _MEMBER_TYPE_CONSUMER
                     ),
                 )
+                for m, target in d.members
             )
-        ctx.respond(ctx.make_response(throttle_time=datetime.timedelta(0), groups=tuple(groups)))
+
+        respond_to_describe(ctx, self._owns, self.coordinator.describe_consumer_groups, members)

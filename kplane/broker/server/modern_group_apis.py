@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, TypeVar
 
 import structlog
 
 from kplane.broker.group.heartbeat_result import HeartbeatResult
-from kplane.broker.group.modern_group import Assignment
+from kplane.broker.group.modern_group import Assignment, ModernGroupDescription
 from kplane.broker.server.context import RequestContext
 from kplane.common.acl import AclOperation, AclResourceType
 from kplane.protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)
+
+_Description = TypeVar("_Description", bound=ModernGroupDescription[Any])
 
 
 def heartbeat_refusal(
@@ -83,26 +85,61 @@ def respond_to_heartbeat(
     )
 
 
-def describable_groups(
-    ctx: RequestContext, owns: Callable[[str], bool], group_ids: Sequence[str]
-) -> tuple[list[str], dict[str, ErrorCode]]:
-    """The groups to describe, and the refused ones: NOT_COORDINATOR, or the group's
-    DESCRIBE denied."""
+def respond_to_describe(
+    ctx: RequestContext,
+    owns: Callable[[str], bool],
+    describe: Callable[[list[str]], Iterable[_Description]],
+    members: Callable[[_Description], tuple[Any, ...] | ErrorCode],
+) -> None:
+    """Answer a ConsumerGroupDescribe or ShareGroupDescribe: each group refused
+    (NOT_COORDINATOR, the group's DESCRIBE denied) or as ``describe`` found it, its
+    ``members`` built by the caller (or an error code that refuses the group)."""
+    req = ctx.body
+    include_ops = bool(req.include_authorized_operations)
     allowed = []
     refused: dict[str, ErrorCode] = {}
-    for group_id in group_ids:
+    for group_id in req.group_ids:
         if not owns(group_id):
             refused[group_id] = ErrorCode.not_coordinator
         elif not ctx.authorized(AclOperation.DESCRIBE, AclResourceType.GROUP, group_id):
             refused[group_id] = ErrorCode.group_authorization_failed
         else:
             allowed.append(group_id)
-    return allowed, refused
+    described = {d.group_id: d for d in describe(allowed)}
+    groups = []
+    for group_id in req.group_ids:
+        d = described.get(group_id)
+        if d is None:
+            groups.append(_group_error(ctx, group_id, refused[group_id], None))
+            continue
+        if d.error is not ErrorCode.none:
+            groups.append(_group_error(ctx, group_id, d.error, d.message))
+            continue
+        found = members(d)
+        if isinstance(found, ErrorCode):
+            groups.append(_group_error(ctx, group_id, found, None))
+            continue
+        groups.append(
+            ctx.make(
+                "DescribedGroup",
+                error_code=ErrorCode.none,
+                group_id=group_id,
+                group_state=d.state,
+                group_epoch=d.group_epoch,
+                assignment_epoch=d.assignment_epoch,
+                assignor_name=d.assignor_name,
+                members=found,
+                authorized_operations=(
+                    ctx.authorized_operations(AclResourceType.GROUP, group_id)
+                    if include_ops
+                    else -(2**31)
+                ),
+            )
+        )
+    ctx.respond(ctx.make_response(throttle_time=datetime.timedelta(0), groups=tuple(groups)))
 
 
-def described_group_error(
-    ctx: RequestContext, group_id: str, error: ErrorCode, message: str | None
-) -> Any:
+def _group_error(ctx: RequestContext, group_id: str, error: ErrorCode, message: str | None) -> Any:
     """A DescribedGroup that only carries an error."""
     return ctx.make(
         "DescribedGroup",

@@ -4,21 +4,20 @@ names them for ShareGroupDescribe."""
 
 from __future__ import annotations
 
-import datetime
 import uuid
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from kplane.broker.group.coordinator import GroupCoordinator
+from kplane.broker.group.share_group import ShareGroupDescription
 from kplane.broker.group.share_protocol import ShareGroupHeartbeat
 from kplane.broker.server.context import Handler, RequestContext
 from kplane.broker.server.modern_group_apis import (
-    describable_groups,
     described_assignment,
-    described_group_error,
     heartbeat_refusal,
+    respond_to_describe,
     respond_to_heartbeat,
 )
-from kplane.common.acl import AclResourceType
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode
 
@@ -64,46 +63,19 @@ class ShareGroupApis:
         )
 
     def describe(self, ctx: RequestContext) -> None:
-        req = ctx.body
-        include_ops = bool(req.include_authorized_operations)
-        allowed, refused = describable_groups(ctx, self._owns, req.group_ids)
-        described = {d.group_id: d for d in self.coordinator.describe_share_groups(allowed)}
-        groups = []
-        for group_id in req.group_ids:
-            d = described.get(group_id)
-            if d is None:
-                groups.append(described_group_error(ctx, group_id, refused[group_id], None))
-                continue
-            if d.error is not ErrorCode.none:
-                groups.append(described_group_error(ctx, group_id, d.error, d.message))
-                continue
-            groups.append(
+        def members(d: ShareGroupDescription) -> tuple[Any, ...]:
+            return tuple(
                 ctx.make(
-                    "DescribedGroup",
-                    error_code=ErrorCode.none,
-                    group_id=group_id,
-                    group_state=d.state,
-                    group_epoch=d.group_epoch,
-                    assignment_epoch=d.assignment_epoch,
-                    assignor_name=d.assignor_name,
-                    members=tuple(
-                        ctx.make(
-                            "Member",
-                            member_id=m.member_id,
-                            rack_id=m.rack_id,
-                            member_epoch=m.member_epoch,
-                            client_id=m.client_id,
-                            client_host=m.client_host,
-                            subscribed_topic_names=m.subscribed_topic_names,
-                            assignment=described_assignment(ctx, m.assigned, self._topic_name_of),
-                        )
-                        for m in d.members
-                    ),
-                    authorized_operations=(
-                        ctx.authorized_operations(AclResourceType.GROUP, group_id)
-                        if include_ops
-                        else -(2**31)
-                    ),
+                    "Member",
+                    member_id=m.member_id,
+                    rack_id=m.rack_id,
+                    member_epoch=m.member_epoch,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    subscribed_topic_names=m.subscribed_topic_names,
+                    assignment=described_assignment(ctx, m.assigned, self._topic_name_of),
                 )
+                for m in d.members
             )
-        ctx.respond(ctx.make_response(throttle_time=datetime.timedelta(0), groups=tuple(groups)))
+
+        respond_to_describe(ctx, self._owns, self.coordinator.describe_share_groups, members)
