@@ -611,6 +611,32 @@ async def test_controller_mutation_rate_strict_and_permissive(
     assert throttle_ms(answer) == 0
 
 
+async def test_topics_a_metadata_request_creates_count_against_the_mutation_quota(
+    quotas: QuotaAdmin, broker: RunningBroker
+) -> None:
+    """Kafka's handleTopicMetadataRequest: the partitions of the topics a Metadata request
+    auto-creates are recorded on a permissive quota (the bucket of 0.01/s, 0.11 tokens, goes
+    below zero), the topic is made all the same, and the Metadata answer is not throttled."""
+    await quotas.alter_client_quotas(
+        [Alteration((("client-id", "auto"),), {"controller_mutation_rate": 0.01})]
+    )
+    module = api.request_module(ApiKey.METADATA, 12)
+    request = api.make(
+        api.request_class(ApiKey.METADATA, 12),
+        topics=(api.make(module.MetadataRequestTopic, name="auto-made", topic_id=None),),
+        allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False,
+    )
+    host, port = broker.address()
+    with WireClient(host, port, client_id="auto") as wire:
+        answer = wire.request(request)
+    (topic,) = answer.topics
+    assert topic.error_code in (ErrorCode.none, ErrorCode.leader_not_available)
+    assert throttle_ms(answer) == 0
+    tokens = metric(broker, "kafka_server_controllermutation_tokens", user="", client_id="auto")
+    assert tokens is not None and tokens < 0
+
+
 async def test_throttled_fetch_is_answered_empty_and_capped(
     quotas: QuotaAdmin, broker: RunningBroker
 ) -> None:

@@ -132,16 +132,23 @@ class ClientQuotas:
         """The mutation quota of one CreateTopics, DeleteTopics or CreatePartitions (strict
         from ``strict_since`` on), its throttle handed to the response; ``None`` when it is
         not limited (no such quota was ever set, or the control plane)."""
-        if not self.controller_mutation.enabled or request.plane == CONTROL_PLANE:
-            return None
-        quota = self.controller_mutation.quota_for(
-            _quota_user(request.principal),
-            request.header.client_id or "",
-            request.header.api_version >= strict_since,
-        )
+        quota = self._mutation_quota(request, request.header.api_version >= strict_since)
         if quota is not None:
             request.api_throttle_ms = quota.throttle_time_ms
         return quota
+
+    def auto_creation_quota(self, request: Request) -> ControllerMutationQuota | None:
+        """The mutation quota that the topics a Metadata request creates count against:
+        permissive, and the Metadata answer is not throttled for it (Kafka's
+        ``newPermissiveQuotaFor`` in handleTopicMetadataRequest); ``None`` when not limited."""
+        return self._mutation_quota(request, strict=False)
+
+    def _mutation_quota(self, request: Request, strict: bool) -> ControllerMutationQuota | None:
+        if not self.controller_mutation.enabled or request.plane == CONTROL_PLANE:
+            return None
+        return self.controller_mutation.quota_for(
+            _quota_user(request.principal), request.header.client_id or "", strict
+        )
 
     # the response path (RequestChannel's ResponseThrottler) ----------------------------
     def throttle_time_ms(self, request: Request, body: Any, response_bytes: int) -> int:

@@ -611,6 +611,7 @@ class KafkaServer:
                 self._coordinator_of,
                 self._txn_coordinator_of,
                 lambda: self.config.get_int("max.request.partition.size.limit"),
+                self.client_quotas,
             ),
             ProduceApis(self.replica_manager, self.cache, self.produce_purgatory),
             TxnApis(

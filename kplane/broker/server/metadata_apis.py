@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from kplane.broker.metadata.cache import MetadataCache, PartitionInfo, TopicInfo
+from kplane.broker.quota.client_quotas import ClientQuotas
 from kplane.broker.server.admin_manager import AdminManager
 from kplane.broker.server.context import Handler, RequestContext
 from kplane.common.acl import AclOperation, AclResourceType
@@ -44,8 +45,10 @@ class MetadataApis:
         coordinator_of: Callable[[str], int | None],
         txn_coordinator_of: Callable[[str], int | None],
         partition_size_limit: Callable[[], int],
+        quotas: ClientQuotas | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self._quotas = quotas
         self.cache = cache
         self.admin = admin
         self._auto_create = auto_create_topics
@@ -136,7 +139,7 @@ class MetadataApis:
                 if allow_auto and not may_create:
                     error = ErrorCode.topic_authorization_failed
                 else:
-                    error, info = self._missing_topic(name, allow_auto)
+                    error, info = self._missing_topic(ctx, name, allow_auto)
         partitions = tuple(self._partitions(ctx, info)) if info else ()
         return ctx.make(
             "MetadataResponseTopic",
@@ -150,7 +153,9 @@ class MetadataApis:
             else AUTHORIZED_OPERATIONS_OMITTED,
         )
 
-    def _missing_topic(self, name: str, allow_auto: bool) -> tuple[ErrorCode, TopicInfo | None]:
+    def _missing_topic(
+        self, ctx: RequestContext, name: str, allow_auto: bool
+    ) -> tuple[ErrorCode, TopicInfo | None]:
         try:
             validate_topic_name(name)
         except KafkaError as exc:
@@ -164,7 +169,10 @@ class MetadataApis:
         if not allow_auto:
             return ErrorCode.unknown_topic_or_partition, None
         try:
-            self.admin.create_topic(name)
+            created = self.admin.create_topic(name)
+            quota = self._quotas.auto_creation_quota(ctx.request) if self._quotas else None
+            if quota is not None:  # counted, not throttled: the create is not refused
+                quota.record(len(created.partitions))
         except KafkaError as exc:
             if exc.code is not ErrorCode.topic_already_exists:
                 log.info(
