@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import datetime
 import logging
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -301,6 +303,65 @@ def test_records_of_a_consumer_closed_without_acknowledging_go_to_another(
     assert sorted(m.value() for m in got) == sorted(values)
 
 
+_HOLDER = """
+import sys, time
+from confluent_kafka import ShareConsumer
+bootstrap, group, topic, want = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                          "share.acknowledgement.mode": "explicit"})
+consumer.subscribe([topic])
+held, deadline = 0, time.monotonic() + 90
+while held < want and time.monotonic() < deadline:
+    held += len(consumer.poll(0.5) or [])
+print("held", held, flush=True)
+time.sleep(600)
+"""
+
+
+def test_records_of_a_killed_consumer_go_to_another_when_its_connection_closes(
+    broker_factory: Any,
+) -> None:
+    """A consumer killed (-9) while it holds records without acknowledging them: its
+    connection closes, its share session goes and the records are released at once. The
+    group's lock duration and session timeout are ten minutes, so only that release can
+    explain another member getting them within the test's wait."""
+    broker = broker_factory(
+        {
+            "group.share.max.record.lock.duration.ms": "3600000",
+            "group.share.max.session.timeout.ms": "3600000",
+            "group.share.session.timeout.ms": "600000",
+        }
+    )
+    topic, group = "sg-killed", "sg-killed-group"
+    broker.create_topic(topic, 1)
+    set_group_config(
+        broker,
+        group,
+        share_auto_offset_reset="earliest",
+        share_record_lock_duration_ms="600000",
+    )
+    values = [f"k{i}".encode() for i in range(20)]
+    produce_values(broker, topic, values)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, broker.bootstrap(), group, topic, str(len(values))],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().split() == ["held", str(len(values))]
+        holder.kill()
+        holder.wait(30)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(30)
+    with ShareConsumer(share_config(broker, group)) as second:
+        second.subscribe([topic])
+        got = poll_until(second, len(values), 60)
+    assert sorted(m.value() for m in got) == sorted(values)
+
+
 def test_a_new_group_reads_only_records_produced_after_it_joined(broker: RunningBroker) -> None:
     topic, group = "sg-latest", "sg-latest-group"
     broker.create_topic(topic, 1)
@@ -491,41 +552,47 @@ def share_fetch(
     acks: tuple[tuple[int, int, int], ...] = (),
     partitions: tuple[int, ...] = (0,),
     max_records: int = 100,
+    wire: WireClient | None = None,
 ) -> Any:
     """One ShareFetch of ``partitions`` (``acks``: (first, last, type) batches of the
-    first)."""
-    with broker.wire("PLAINTEXT") as wire:
-        return wire.request(
-            ShareFetchRequest(
-                group_id=GroupId(group),
-                member_id=member,
-                share_session_epoch=i32(epoch),
-                max_wait=i32Timedelta.parse(datetime.timedelta(0)),
-                min_bytes=i32(1),
-                max_records=i32(max_records),
-                batch_size=i32(max_records),
-                topics=(
-                    FetchTopic(
-                        topic_id=topic_id,
-                        partitions=tuple(
-                            FetchPartition(
-                                partition_index=i32(index),
-                                acknowledgement_batches=tuple(
-                                    AcknowledgementBatch(
-                                        first_offset=i64(f),
-                                        last_offset=i64(last),
-                                        acknowledge_types=(i8(t),),
-                                    )
-                                    for f, last, t in (acks if index == partitions[0] else ())
-                                ),
-                            )
-                            for index in partitions
-                        ),
+    first), on ``wire`` (a share session lives as long as the connection that opened it),
+    else on a connection of its own."""
+    if wire is None:
+        with broker.wire("PLAINTEXT") as own:
+            return share_fetch(
+                broker, group, member, topic_id, epoch, acks, partitions, max_records, own
+            )
+    return wire.request(
+        ShareFetchRequest(
+            group_id=GroupId(group),
+            member_id=member,
+            share_session_epoch=i32(epoch),
+            max_wait=i32Timedelta.parse(datetime.timedelta(0)),
+            min_bytes=i32(1),
+            max_records=i32(max_records),
+            batch_size=i32(max_records),
+            topics=(
+                FetchTopic(
+                    topic_id=topic_id,
+                    partitions=tuple(
+                        FetchPartition(
+                            partition_index=i32(index),
+                            acknowledgement_batches=tuple(
+                                AcknowledgementBatch(
+                                    first_offset=i64(f),
+                                    last_offset=i64(last),
+                                    acknowledge_types=(i8(t),),
+                                )
+                                for f, last, t in (acks if index == partitions[0] else ())
+                            ),
+                        )
+                        for index in partitions
                     ),
                 ),
-                forgotten_topics_data=(),
-            )
+            ),
+            forgotten_topics_data=(),
         )
+    )
 
 
 def test_share_sessions_and_acknowledgements_get_kafkas_errors(broker: RunningBroker) -> None:
@@ -535,33 +602,50 @@ def test_share_sessions_and_acknowledgements_get_kafkas_errors(broker: RunningBr
     produce_values(broker, topic, [b"x", b"y"], partition=0)
     topic_id = wait_until(lambda: broker.topics().get(topic), what="the topic")
     assert heartbeat(broker, group, member, 0, (topic,)).error_code == ErrorCode.none
-    missing = share_fetch(broker, group, member, topic_id, epoch=1)
-    assert missing.error_code == ErrorCode.share_session_not_found
-    acks_first = share_fetch(broker, group, member, topic_id, acks=((0, 0, 1),))
-    assert acks_first.error_code == ErrorCode.invalid_request
-    opened = share_fetch(broker, group, member, topic_id)
-    (part,) = opened.responses[0].partitions
-    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in part.acquired_records] == [
-        (0, 1, 1)
-    ]
-    stale = share_fetch(broker, group, member, topic_id, epoch=2)
-    assert stale.error_code == ErrorCode.invalid_share_session_epoch
-    other = share_fetch(broker, group, str(uuid.uuid4()), topic_id, epoch=1)
-    assert other.error_code == ErrorCode.share_session_not_found
-    # ACCEPT 0, RELEASE 1 on the next fetch: offset 1 comes back at once, delivered twice.
-    again = share_fetch(broker, group, member, topic_id, epoch=1, acks=((0, 0, 1), (1, 1, 2)))
-    (part,) = again.responses[0].partitions
-    assert part.acknowledge_error_code == ErrorCode.none
-    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in part.acquired_records] == [
-        (1, 1, 2)
-    ]
-    twice = share_fetch(broker, group, member, topic_id, epoch=2, acks=((0, 0, 1),))
-    (part,) = twice.responses[0].partitions
-    assert part.acknowledge_error_code == ErrorCode.invalid_record_state
-    closed = share_fetch(broker, group, member, topic_id, epoch=-1, acks=((1, 1, 1),))
-    assert closed.error_code == ErrorCode.none
-    assert share_fetch(broker, group, member, topic_id, epoch=-1).error_code == (
-        ErrorCode.share_session_not_found
+    with broker.wire("PLAINTEXT") as wire:
+        missing = share_fetch(broker, group, member, topic_id, epoch=1, wire=wire)
+        assert missing.error_code == ErrorCode.share_session_not_found
+        acks_first = share_fetch(broker, group, member, topic_id, acks=((0, 0, 1),), wire=wire)
+        assert acks_first.error_code == ErrorCode.invalid_request
+        opened = share_fetch(broker, group, member, topic_id, wire=wire)
+        (part,) = opened.responses[0].partitions
+        assert [
+            (a.first_offset, a.last_offset, a.delivery_count) for a in part.acquired_records
+        ] == [(0, 1, 1)]
+        stale = share_fetch(broker, group, member, topic_id, epoch=2, wire=wire)
+        assert stale.error_code == ErrorCode.invalid_share_session_epoch
+        other = share_fetch(broker, group, str(uuid.uuid4()), topic_id, epoch=1, wire=wire)
+        assert other.error_code == ErrorCode.share_session_not_found
+        # ACCEPT 0, RELEASE 1 on the next fetch: offset 1 comes back at once, delivered twice.
+        again = share_fetch(
+            broker, group, member, topic_id, epoch=1, acks=((0, 0, 1), (1, 1, 2)), wire=wire
+        )
+        (part,) = again.responses[0].partitions
+        assert part.acknowledge_error_code == ErrorCode.none
+        assert [
+            (a.first_offset, a.last_offset, a.delivery_count) for a in part.acquired_records
+        ] == [(1, 1, 2)]
+        twice = share_fetch(broker, group, member, topic_id, epoch=2, acks=((0, 0, 1),), wire=wire)
+        (part,) = twice.responses[0].partitions
+        assert part.acknowledge_error_code == ErrorCode.invalid_record_state
+        closed = share_fetch(
+            broker, group, member, topic_id, epoch=-1, acks=((1, 1, 1),), wire=wire
+        )
+        assert closed.error_code == ErrorCode.none
+        assert share_fetch(broker, group, member, topic_id, epoch=-1, wire=wire).error_code == (
+            ErrorCode.share_session_not_found
+        )
+    # A session goes with the connection that opened it (Kafka 4.1).
+    with broker.wire("PLAINTEXT") as wire:
+        opened = share_fetch(broker, group, member, topic_id, wire=wire)
+        assert opened.error_code == ErrorCode.none
+    wait_until(
+        lambda: (
+            share_fetch(broker, group, member, topic_id, epoch=1).error_code
+            == ErrorCode.share_session_not_found
+        ),
+        30,
+        "the session gone with its connection",
     )
 
 
@@ -700,14 +784,18 @@ def test_a_sessions_partitions_take_turns_at_max_records(broker: RunningBroker) 
     topic_id = wait_until(lambda: broker.topics().get(topic), what="the topic")
     assert heartbeat(broker, group, member, 0, (topic,)).error_code == ErrorCode.none
     served: set[int] = set()
-    for epoch in (0, 1):
-        answer = share_fetch(
-            broker, group, member, topic_id, epoch=epoch, partitions=(0, 1), max_records=5
-        )
-        assert answer.error_code == ErrorCode.none
-        served |= {
-            p.partition_index for t in answer.responses for p in t.partitions if p.acquired_records
-        }
+    with broker.wire("PLAINTEXT") as wire:
+        for epoch in (0, 1):
+            answer = share_fetch(
+                broker, group, member, topic_id, epoch, partitions=(0, 1), max_records=5, wire=wire
+            )
+            assert answer.error_code == ErrorCode.none
+            served |= {
+                p.partition_index
+                for t in answer.responses
+                for p in t.partitions
+                if p.acquired_records
+            }
     assert served == {0, 1}
 
 
@@ -718,11 +806,11 @@ def test_a_deleted_topics_share_state_goes_with_it(broker: RunningBroker) -> Non
     produce_values(broker, topic, [b"a", b"b"], partition=0)
     topic_id = wait_until(lambda: broker.topics().get(topic), what="the topic")
     assert heartbeat(broker, group, member, 0, (topic,)).error_code == ErrorCode.none
-    fetched = share_fetch(broker, group, member, topic_id)
-    assert fetched.responses[0].partitions[0].acquired_records
-    assert share_fetch(broker, group, member, topic_id, epoch=1, acks=((0, 1, 1),)).error_code == (
-        ErrorCode.none
-    )
+    with broker.wire("PLAINTEXT") as wire:
+        fetched = share_fetch(broker, group, member, topic_id, wire=wire)
+        assert fetched.responses[0].partitions[0].acquired_records
+        accepted = share_fetch(broker, group, member, topic_id, 1, ((0, 1, 1),), wire=wire)
+        assert accepted.error_code == ErrorCode.none
     node = f"/share_groups/{group}"
     assert broker.znode_children(node) == [topic]
     admin = AdminClient({"bootstrap.servers": broker.bootstrap()})

@@ -5,12 +5,17 @@ partitions (:class:`~kplane.broker.share.share_partition_manager.SharePartitionM
 A ShareFetch settles the acknowledgements it carries, then acquires records of the
 session's partitions; with nothing to acquire it waits in the fetch purgatory (woken by
 appends, releases and acknowledgements of its partitions) up to its ``max_wait``. Epoch -1
-closes the session and releases what the member still holds.
+closes the session and releases what the member still holds; so does the close of the
+connection that opened the session (Kafka 4.1's connection-disconnect listener), whatever
+closed it: a member that crashed gives its records back at once, not when their locks
+expire. As in Kafka, the member id is not checked with the group coordinator: the share
+session is what a ShareFetch or ShareAcknowledge must name.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -133,9 +138,10 @@ class ShareFetchApis:
                     ]
         return parsed
 
-    def _session(self, req: Any, parsed: _Parsed, fetch: bool) -> ShareSession | None:
+    def _session(self, ctx: RequestContext, parsed: _Parsed, fetch: bool) -> ShareSession | None:
         """The session the request opens, continues or closes (None: it closes), as
         Kafka's SharePartitionManager checks them."""
+        req = ctx.body
         named = parsed.named
         group_id, member_id, epoch = req.group_id, req.member_id, int(req.share_session_epoch)
         if not group_id or not member_id:
@@ -151,7 +157,12 @@ class ShareFetchApis:
                     ErrorCode.invalid_request,
                     "Acknowledge data present in the initial ShareFetch request.",
                 )
-            return self.sessions.open(group_id, member_id, named)
+            connection_id = ctx.connection_id
+            watched = self.sessions.watches(connection_id)
+            opened = self.sessions.open(group_id, member_id, named, connection_id)
+            if not watched:
+                ctx.on_connection_close(functools.partial(self._connection_closed, connection_id))
+            return opened
         if epoch == FINAL_EPOCH:
             if self.sessions.get(group_id, member_id) is None:
                 raise KafkaError(
@@ -174,6 +185,19 @@ class ShareFetchApis:
         if session is not None:
             self.partitions.release(group_id, member_id, list(session.partitions))
 
+    def _connection_closed(self, connection_id: str) -> None:
+        """The connection that opened share sessions closed (on its network thread): they
+        go, and the records their members hold go back to the group, delivery counts
+        kept."""
+        for session in self.sessions.connection_closed(connection_id):
+            log.info(
+                "share session closed with its connection",
+                group=session.group_id,
+                member=session.member_id,
+                connection=connection_id,
+            )
+            self.partitions.release(session.group_id, session.member_id, list(session.partitions))
+
     # -- ShareFetch -------------------------------------------------------------------
 
     def handle_fetch(self, ctx: RequestContext) -> None:
@@ -183,7 +207,7 @@ class ShareFetchApis:
             return
         parsed = self._parse(ctx, req.topics, "partitions")
         try:
-            session = self._session(req, parsed, fetch=True)
+            session = self._session(ctx, parsed, fetch=True)
         except KafkaError as exc:
             log.info(
                 "share fetch refused",
@@ -307,7 +331,7 @@ class ShareFetchApis:
             return
         parsed = self._parse(ctx, req.topics, "partitions")
         try:
-            session = self._session(req, parsed, fetch=False)
+            session = self._session(ctx, parsed, fetch=False)
         except KafkaError as exc:
             log.info(
                 "share acknowledge refused",

@@ -6,7 +6,9 @@ it. A missing session is SHARE_SESSION_NOT_FOUND, a wrong epoch
 INVALID_SHARE_SESSION_EPOCH. The cache holds Kafka's default number of sessions
 (group.share.max.groups x group.share.max.size, 10 x 200); when full, a new session takes
 the place of the least recently used one if that was idle for two minutes (Kafka's
-eviction), else it is SHARE_SESSION_LIMIT_REACHED.
+eviction), else it is SHARE_SESSION_LIMIT_REACHED. A session belongs to the connection that
+opened it: when that connection closes, the session goes (Kafka 4.1's ShareSessionCache
+connection-disconnect listener).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class ShareSession:
     partitions: dict[TopicPartition, None] = field(default_factory=dict)
     """The session's partitions, in the order they were added."""
     last_used_ms: float = 0.0
+    connection_id: str = ""
+    """The connection that opened the session."""
 
 
 class ShareSessionCache:
@@ -46,16 +50,22 @@ class ShareSessionCache:
     ) -> None:
         self._sessions: dict[tuple[str, str], ShareSession] = {}
         """By key, the least recently used first."""
+        self._by_connection: dict[str, set[tuple[str, str]]] = {}
+        """The keys of the sessions each connection opened, until it closes."""
         self._lock = threading.Lock()
         self.max_sessions = max_sessions
         self._eviction_ms = eviction_ms
         self._clock = clock
 
     def open(
-        self, group_id: str, member_id: str, partitions: Iterable[TopicPartition]
+        self,
+        group_id: str,
+        member_id: str,
+        partitions: Iterable[TopicPartition],
+        connection_id: str = "",
     ) -> ShareSession:
-        """A new session (epoch 0), replacing the member's old one;
-        SHARE_SESSION_LIMIT_REACHED when the cache is full."""
+        """A new session (epoch 0) opened on ``connection_id``, replacing the member's old
+        one; SHARE_SESSION_LIMIT_REACHED when the cache is full."""
         key = (group_id, member_id)
         now = self._clock()
         with self._lock:
@@ -69,9 +79,32 @@ class ShareSessionCache:
                     )
                 del self._sessions[oldest_key]
             session = self._sessions[key] = ShareSession(
-                group_id, member_id, partitions=dict.fromkeys(partitions), last_used_ms=now
+                group_id,
+                member_id,
+                partitions=dict.fromkeys(partitions),
+                last_used_ms=now,
+                connection_id=connection_id,
             )
+            self._by_connection.setdefault(connection_id, set()).add(key)
             return session
+
+    def watches(self, connection_id: str) -> bool:
+        """Whether a session was opened on ``connection_id`` since it was last closed
+        (its close is already looked out for)."""
+        with self._lock:
+            return connection_id in self._by_connection
+
+    def connection_closed(self, connection_id: str) -> list[ShareSession]:
+        """``connection_id`` closed: remove the sessions opened on it still here (not
+        closed, evicted or opened again elsewhere since) and return them."""
+        with self._lock:
+            keys = self._by_connection.pop(connection_id, ())
+            gone = [
+                self._sessions.pop(key)
+                for key in keys
+                if key in self._sessions and self._sessions[key].connection_id == connection_id
+            ]
+            return gone
 
     def next(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
         """The session a request at ``epoch`` (> 0) continues, its epoch moved on."""
