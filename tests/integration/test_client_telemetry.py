@@ -241,6 +241,26 @@ def test_bad_pushes_get_kafkas_errors(broker_factory) -> None:
         assert push(client, instance, subscription, terminating=True) == ErrorCode.invalid_request
 
 
+def test_a_client_instance_is_forgotten_when_its_connection_closes(broker_factory) -> None:
+    """As Kafka's connection-disconnect listener: the instance a connection made goes when
+    it closes, so the client's first push on a new connection is a new instance's (taken,
+    not throttled as a second push within the interval is)."""
+    broker = broker_factory({})
+    with broker.wire() as client:
+        got = get_subscriptions(client)
+        assert got.error_code == ErrorCode.none
+        instance, subscription = got.client_instance_id, int(got.subscription_id)
+        assert push(client, instance, subscription) == ErrorCode.none
+        assert push(client, instance, subscription) == ErrorCode.throttling_quota_exceeded
+    with broker.wire() as client:
+        wait_until(
+            lambda: push(client, instance, subscription) == ErrorCode.none,
+            30,
+            "the instance forgotten with its connection",
+        )
+        assert push(client, instance, subscription) == ErrorCode.throttling_quota_exceeded
+
+
 def test_subscriptions_need_the_clusters_config_acls_pushes_none(
     broker_factory, tmp_path: Path, capsys
 ) -> None:

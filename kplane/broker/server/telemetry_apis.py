@@ -94,7 +94,7 @@ class TelemetryApis:
 
     # GetTelemetrySubscriptions -----------------------------------------------------------
     def handle_get_subscriptions(self, ctx: RequestContext) -> None:
-        result = self.manager.get_subscriptions(ctx.body.client_instance_id, self._client(ctx))
+        result = self.manager.get_subscriptions(ctx.body.client_instance_id, self._client(ctx), ctx)
         self._log(ctx, result.error, result.message)
         ctx.respond(
             ctx.make_response(
@@ -122,6 +122,7 @@ class TelemetryApis:
                 int(body.compression_type),
                 bytes(body.metrics),
                 self._client(ctx),
+                ctx,
             )
         except KafkaError as exc:
             error, message = exc.code, exc.message

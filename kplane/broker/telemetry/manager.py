@@ -9,7 +9,10 @@ metrics, the shortest interval, the subscription id) and the times of its last r
 A change of the subscriptions makes every instance re-evaluated at its next request, so a
 push with the old subscription id gets UNKNOWN_SUBSCRIPTION_ID and the client asks again.
 Instances expire after three push intervals (at least a minute) without a request, or when
-more than 16384 are held (the least recently used first), as in Kafka.
+more than 16384 are held (the least recently used first), as in Kafka; and, as Kafka's
+connection-disconnect listener, when the connection that made (or last re-evaluated) the
+instance closes: a client that comes back on another connection is a new instance to the
+broker (its first push is not throttled).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import unquote
 
 import structlog
@@ -97,6 +101,17 @@ class _Instance:
     terminating: bool = False
     last_error: ErrorCode = ErrorCode.none
     expires_ms: float = field(default=0.0)
+    connection_id: str = ""
+    """The connection the instance was made or last re-evaluated on."""
+
+
+class ConnectionWatch(Protocol):
+    """The connection a request came on, as the manager sees it (a RequestContext)."""
+
+    @property
+    def connection_id(self) -> str: ...
+
+    def on_connection_close(self, callback: Callable[[], object]) -> None: ...
 
 
 class ClientMetricsManager:
@@ -122,6 +137,8 @@ class ClientMetricsManager:
         self._version = 0
         self._instances: OrderedDict[uuid.UUID, _Instance] = OrderedDict()
         self._next_sweep_ms = 0.0
+        self._by_connection: dict[str, uuid.UUID] = {}
+        """The instance each connection made last, until the connection closes."""
 
     # subscriptions -----------------------------------------------------------------
     def load(self) -> None:
@@ -165,14 +182,21 @@ class ClientMetricsManager:
 
     # GetTelemetrySubscriptions -----------------------------------------------------------
     def get_subscriptions(
-        self, instance_id: uuid.UUID | None, client: Mapping[str, str | None]
+        self,
+        instance_id: uuid.UUID | None,
+        client: Mapping[str, str | None],
+        connection: ConnectionWatch | None = None,
     ) -> GetResult:
-        """Kafka's ``processGetTelemetrySubscriptionRequest``."""
+        """Kafka's ``processGetTelemetrySubscriptionRequest`` (``connection``: the one the
+        request came on)."""
         now = self._now_ms()
         with self._lock:
             if instance_id is None or instance_id == _ZERO:
                 instance_id = self._new_instance_id()
-            instance = self._instance(instance_id, client, now)
+            instance, watch = self._instance(instance_id, client, now, connection)
+        if watch and connection is not None:
+            self._watch(connection)
+        with self._lock:
             elapsed = now - max(instance.last_get_ms, instance.last_push_ms)
             retry = instance.last_error in (
                 ErrorCode.unknown_subscription_id,
@@ -206,6 +230,7 @@ class ClientMetricsManager:
         compression_type: int,
         payload: bytes,
         client: Mapping[str, str | None],
+        connection: ConnectionWatch | None = None,
     ) -> None:
         """Kafka's ``processPushTelemetryRequest``: KafkaError with Kafka's code when the
         push is refused; the metrics are exported when accepted."""
@@ -217,7 +242,10 @@ class ClientMetricsManager:
         text_id = kafka_uuid_text(instance_id)
         now = self._now_ms()
         with self._lock:
-            instance = self._instance(instance_id, client, now)
+            instance, watch = self._instance(instance_id, client, now, connection)
+        if watch and connection is not None:
+            self._watch(connection)
+        with self._lock:
             try:
                 self._validate_push(
                     instance, text_id, subscription, terminating, compression_type, payload, now
@@ -306,24 +334,47 @@ class ClientMetricsManager:
                 return candidate
 
     def _instance(
-        self, instance_id: uuid.UUID, client: Mapping[str, str | None], now: float
-    ) -> _Instance:
+        self,
+        instance_id: uuid.UUID,
+        client: Mapping[str, str | None],
+        now: float,
+        connection: ConnectionWatch | None,
+    ) -> tuple[_Instance, bool]:
         """The instance of ``instance_id``, created or re-evaluated against the current
-        subscriptions as needed; its expiry pushed back."""
+        subscriptions as needed (then bound to ``connection``); its expiry pushed back.
+        True with it when ``connection``'s close is not looked out for yet."""
         self._expire(now)
         instance = self._instances.get(instance_id)
         stale = instance is not None and instance.expires_ms <= now
+        watch = False
         if instance is None or stale or instance.version < self._version:
             known = dict(instance.client) if instance is not None and not stale else dict(client)
             known[CLIENT_INSTANCE_ID] = kafka_uuid_text(instance_id)
             instance = self._evaluate(instance_id, known)
             self._instances[instance_id] = instance
+            if connection is not None:
+                instance.connection_id = connection.connection_id
+                watch = connection.connection_id not in self._by_connection
+                self._by_connection[connection.connection_id] = instance_id
         self._instances.move_to_end(instance_id)
         instance.expires_ms = now + max(MIN_INSTANCE_EXPIRY_MS, 3 * instance.interval_ms)
         while len(self._instances) > MAX_INSTANCES:
             evicted, _ = self._instances.popitem(last=False)
             self.exporter.forget(kafka_uuid_text(evicted))
-        return instance
+        return instance, watch
+
+    def _watch(self, connection: ConnectionWatch) -> None:
+        connection_id = connection.connection_id
+        connection.on_connection_close(lambda: self.connection_closed(connection_id))
+
+    def connection_closed(self, connection_id: str) -> None:
+        """Kafka's connection-disconnect listener: forget the instance ``connection_id``
+        made last, unless another connection has made it again since."""
+        with self._lock:
+            instance_id = self._by_connection.pop(connection_id, None)
+            instance = self._instances.get(instance_id) if instance_id is not None else None
+            if instance is not None and instance.connection_id == connection_id:
+                del self._instances[instance.instance_id]
 
     def _evaluate(self, instance_id: uuid.UUID, client: dict[str, str | None]) -> _Instance:
         interval = DEFAULT_INTERVAL_MS
