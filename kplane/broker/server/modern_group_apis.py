@@ -1,6 +1,6 @@
 """What KIP-848's and KIP-932's membership APIs share (ConsumerGroupHeartbeat and
 ShareGroupHeartbeat, ConsumerGroupDescribe and ShareGroupDescribe): Kafka's refusals before
-the coordinator is asked, the heartbeat's answer, and the describe answer's parts."""
+the coordinator is asked, the heartbeat's answer, and the describe's."""
 
 from __future__ import annotations
 
