@@ -1,6 +1,6 @@
 """What every group type shares (Kafka's ``Group`` interface): an id, a lock, committed
 offsets, and the checks the coordinator asks of a group before it commits, fetches or
-deletes offsets or deletes the group. Each type (classic, consumer) implements them in
+deletes offsets or deletes the group. Each type (classic, consumer, share) implements them in
 its own module.
 """
 
