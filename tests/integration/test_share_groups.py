@@ -33,6 +33,7 @@ from kio.schema.describe_share_group_offsets.v1.request import (
     DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsRequestGroup,
 )
+from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.share_fetch.v1.request import (
     AcknowledgementBatch,
@@ -125,6 +126,29 @@ def test_members_share_partitions_and_the_group_is_listed_and_deleted(
         deleted = wire.request(DeleteGroupsRequest(groups_names=(GroupId(group),)))
     assert deleted.results[0].error_code == ErrorCode.none
     assert describe(broker, group).error_code == ErrorCode.group_id_not_found
+
+
+def test_a_join_group_leaves_an_empty_share_group_a_share_group(broker: RunningBroker) -> None:
+    """Kafka's classicGroupJoin: the id of a share group (here an empty one) answers a
+    JoinGroup INCONSISTENT_GROUP_PROTOCOL; the group is not turned into a classic one."""
+    topic, group, member = "sg-join", "sg-join-group", str(uuid.uuid4())
+    broker.create_topic(topic, 1)
+    assert heartbeat(broker, group, member, 0, (topic,)).error_code == ErrorCode.none
+    assert heartbeat(broker, group, member, -1).error_code == ErrorCode.none
+    assert list_groups(broker)[group] == ("share", "Empty")
+    with broker.wire() as wire:
+        joined = wire.request(
+            JoinGroupRequest(
+                group_id=GroupId(group),
+                session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+                rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+                member_id="",
+                protocol_type="consumer",
+                protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
+            )
+        )
+    assert (joined.error_code, joined.member_id) == (ErrorCode.inconsistent_group_protocol, "")
+    assert list_groups(broker)[group] == ("share", "Empty")
 
 
 def test_bad_heartbeats_get_kafkas_errors(broker: RunningBroker) -> None:

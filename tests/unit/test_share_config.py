@@ -6,9 +6,11 @@ from __future__ import annotations
 import datetime
 
 import pytest
+from structlog.testing import capture_logs
 
 from kplane.broker.config.errors import ConfigException
 from kplane.broker.config.kafka_config import KafkaConfig
+from kplane.broker.group.group_config import group_config_from
 from kplane.broker.group.group_configs import GroupConfigManager
 from kplane.broker.group.share_config import parse_duration, share_group_config_from
 
@@ -56,3 +58,14 @@ def test_a_group_may_start_by_duration() -> None:
     groups.validate({"share.auto.offset.reset": "by_duration:PT30M"})
     with pytest.raises(ConfigException):
         groups.validate({"share.auto.offset.reset": "by_duration:soon"})
+
+
+def test_share_in_the_rebalance_protocols_is_said_to_change_nothing() -> None:
+    """As Kafka 4.1+: the value is deprecated, share groups follow their own switch."""
+    with capture_logs() as logs:
+        group_config_from(config(group_coordinator_rebalance_protocols="classic,consumer,share"))
+    said = [e for e in logs if e["log_level"] == "warning"]
+    assert [e["event"] for e in said] == [
+        "'share' in group.coordinator.rebalance.protocols is deprecated and changes nothing"
+    ]
+    assert "group.share.enable" in said[0]["reason"]

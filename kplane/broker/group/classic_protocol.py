@@ -28,7 +28,7 @@ from kplane.broker.group.classic_group import (
     SyncCallback,
     SyncGroupResult,
 )
-from kplane.broker.group.group import Group, now_ms
+from kplane.broker.group.group import Group, GroupType, now_ms
 from kplane.broker.group.group_config import GroupConfig
 from kplane.broker.group.group_registry import GroupRegistry
 from kplane.broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
@@ -136,15 +136,16 @@ class ClassicGroupProtocol:
         self._rebalance_purgatory = DelayedOperationPurgatory("Rebalance", timer)
 
     def _group(self, group_id: str, create: bool = False) -> ClassicGroup | None:
-        """The classic group ``group_id`` (created when ``create``: an empty group of another
-        type becomes a classic one, keeping its offsets); None when there is none, or the id
-        names a live group of another type."""
+        """The classic group ``group_id`` (created when ``create``: an empty consumer group
+        becomes a classic one, keeping its offsets, as Kafka's maybeDeleteEmptyConsumerGroup
+        before getOrMaybeCreateClassicGroup); None when there is none, or the id names a
+        live group of another type (a share group, empty or not, stays one)."""
         group: Group | None
         if create:
             group = self.groups.get_or_create(
                 group_id, lambda gid: ClassicGroup(gid, state_timestamp_ms=now_ms())
             )
-            if not isinstance(group, ClassicGroup):
+            if group.group_type is GroupType.CONSUMER:
                 with group.lock:
                     if group.is_empty and not group.is_dead:
                         converted = ClassicGroup(
@@ -240,12 +241,21 @@ class ClassicGroupProtocol:
                 )
                 return
             is_unknown = member_id == UNKNOWN_MEMBER_ID
+            other = self.groups.get(group_id)
+            # Kafka's classicGroupJoin: the id names a group of another type than classic
+            # or consumer (a share group, empty or not).
+            if other is not None and other.group_type is GroupType.SHARE and not other.is_dead:
+                self.groups.defer(
+                    callback,
+                    JoinGroupResult(UNKNOWN_MEMBER_ID, ErrorCode.inconsistent_group_protocol),
+                )
+                return
             group = self._group(group_id, create=is_unknown)
             if group is None:
                 other = self.groups.get(group_id)
                 error = (
                     ErrorCode.inconsistent_group_protocol
-                    if other is not None and not other.is_dead
+                    if other is not None and not other.is_dead and not other.is_empty
                     else ErrorCode.unknown_member_id
                 )
                 self.groups.defer(callback, JoinGroupResult(member_id, error))

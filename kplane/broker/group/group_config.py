@@ -82,7 +82,13 @@ def group_config_from(config: KafkaConfig) -> GroupConfig:
             "group.coordinator.rebalance.protocols: disabling the 'classic' protocol is not "
             "supported"
         )
-    for unserved in sorted(protocols - {"classic", "consumer"}):
+    if "share" in protocols:  # Kafka 4.1+ deprecates the value: share.version decides
+        log.warning(
+            "'share' in group.coordinator.rebalance.protocols is deprecated and changes nothing",
+            reason="share groups are served with group.share.enable (Kafka: the share.version "
+            "feature), not through this list",
+        )
+    for unserved in sorted(protocols - {"classic", "consumer", "share"}):
         log.warning("group protocol not served", protocol=unserved)
     assignors = tuple(_assignor_name(a) for a in config.get("group.consumer.assignors") or ())
     unknown = [a for a in assignors if a not in _ASSIGNOR_CLASSES.values()]
