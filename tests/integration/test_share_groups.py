@@ -673,6 +673,26 @@ def test_share_sessions_and_acknowledgements_get_kafkas_errors(broker: RunningBr
     )
 
 
+def test_a_member_the_group_does_not_know_fetches_through_its_share_session(
+    broker: RunningBroker,
+) -> None:
+    """As Kafka (KafkaApis.handleShareFetchRequest, SharePartitionManager.newContext): the
+    share-partition leader does not ask the group coordinator about the member; its share
+    session is what a ShareFetch must name."""
+    topic, group, stranger = "sg-stranger", "sg-stranger-group", str(uuid.uuid4())
+    broker.create_topic(topic, 1)
+    set_group_config(broker, group, share_auto_offset_reset="earliest")
+    produce_values(broker, topic, [b"s"], partition=0)
+    topic_id = wait_until(lambda: broker.topics().get(topic), what="the topic")
+    with broker.wire("PLAINTEXT") as wire:
+        opened = share_fetch(broker, group, stranger, topic_id, wire=wire)
+        assert opened.error_code == ErrorCode.none
+        (part,) = opened.responses[0].partitions
+        assert [(a.first_offset, a.last_offset) for a in part.acquired_records] == [(0, 0)]
+        accepted = share_fetch(broker, group, stranger, topic_id, 1, ((0, 0, 1),), wire=wire)
+        assert accepted.responses[0].partitions[0].acknowledge_error_code == ErrorCode.none
+
+
 def test_read_on_the_group_and_the_topic_as_kafka_checks_them(broker_factory: Any) -> None:
     broker = broker_factory(
         with_inter_broker_sasl(
