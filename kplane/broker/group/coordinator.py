@@ -263,8 +263,8 @@ class GroupCoordinator:
         reason: str | None = None,
     ) -> None:
         """JoinGroup: a member of a consumer group with members joins it as a classic
-        member; otherwise the classic protocol (which turns an empty group of another
-        type into a classic group)."""
+        member; otherwise the classic protocol (which turns an empty consumer group into a
+        classic group, and refuses a share group)."""
         group = self._consumer_group(group_id, with_members=True)
         if group is None or not (
             self.config.min_session_timeout_ms
