@@ -138,6 +138,29 @@ class ShareFetchApis:
                     ]
         return parsed
 
+    def _admit(
+        self, ctx: RequestContext, fetch: bool
+    ) -> tuple[_Parsed, ShareSession | None] | None:
+        """READ on the group, the request's partitions and its session (None: refused and
+        answered with the top-level error)."""
+        req = ctx.body
+        if not ctx.authorized(AclOperation.READ, AclResourceType.GROUP, req.group_id or ""):
+            self._top_error(ctx, ErrorCode.group_authorization_failed, None)
+            return None
+        parsed = self._parse(ctx, req.topics, "partitions")
+        try:
+            return parsed, self._session(ctx, parsed, fetch)
+        except KafkaError as exc:
+            log.info(
+                "share fetch refused" if fetch else "share acknowledge refused",
+                group=req.group_id,
+                member=req.member_id,
+                error=exc.code.name,
+                message=exc.message,
+            )
+            self._top_error(ctx, exc.code, exc.message)
+            return None
+
     def _session(self, ctx: RequestContext, parsed: _Parsed, fetch: bool) -> ShareSession | None:
         """The session the request opens, continues or closes (None: it closes), as
         Kafka's SharePartitionManager checks them."""
@@ -202,22 +225,10 @@ class ShareFetchApis:
 
     def handle_fetch(self, ctx: RequestContext) -> None:
         req = ctx.body
-        if not ctx.authorized(AclOperation.READ, AclResourceType.GROUP, req.group_id or ""):
-            self._top_error(ctx, ErrorCode.group_authorization_failed, None)
+        admitted = self._admit(ctx, fetch=True)
+        if admitted is None:
             return
-        parsed = self._parse(ctx, req.topics, "partitions")
-        try:
-            session = self._session(ctx, parsed, fetch=True)
-        except KafkaError as exc:
-            log.info(
-                "share fetch refused",
-                group=req.group_id,
-                member=req.member_id,
-                error=exc.code.name,
-                message=exc.message,
-            )
-            self._top_error(ctx, exc.code, exc.message)
-            return
+        parsed, session = admitted
         acks = (
             self.partitions.acknowledge(req.group_id, req.member_id, parsed.acks)
             if parsed.acks
@@ -326,22 +337,10 @@ class ShareFetchApis:
 
     def handle_acknowledge(self, ctx: RequestContext) -> None:
         req = ctx.body
-        if not ctx.authorized(AclOperation.READ, AclResourceType.GROUP, req.group_id or ""):
-            self._top_error(ctx, ErrorCode.group_authorization_failed, None)
+        admitted = self._admit(ctx, fetch=False)
+        if admitted is None:
             return
-        parsed = self._parse(ctx, req.topics, "partitions")
-        try:
-            session = self._session(ctx, parsed, fetch=False)
-        except KafkaError as exc:
-            log.info(
-                "share acknowledge refused",
-                group=req.group_id,
-                member=req.member_id,
-                error=exc.code.name,
-                message=exc.message,
-            )
-            self._top_error(ctx, exc.code, exc.message)
-            return
+        parsed, session = admitted
         acks = self.partitions.acknowledge(req.group_id, req.member_id, parsed.acks)
         if session is None:
             self._close(req.group_id, req.member_id)
