@@ -18,13 +18,21 @@ from tests.repo import REPO_ROOT
 ENV = dict(os.environ, KPLANE_LOG_FORMAT="json")
 
 
+def _as_from_a_terminal() -> None:
+    """In the child: SIGINT's default disposition, as a command typed at a terminal has it
+    (a process this one started earlier may have left it ignored here, and it is
+    inherited)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _serve(tmp_path: Path, *overrides: str) -> subprocess.Popen[str]:
     config = str(REPO_ROOT / "configs/server.properties")
     args = [sys.executable, "-m", "kplane", "serve", config]
     for item in (f"log.dirs={tmp_path / 'data'}", "listeners=PLAINTEXT://127.0.0.1:0", *overrides):
         args += ["--override", item]
     return subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, cwd=REPO_ROOT
+        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, cwd=REPO_ROOT,
+        preexec_fn=_as_from_a_terminal,
     )
 
 
@@ -60,7 +68,9 @@ def _interpreter_start_s() -> float:
     times = []
     for _ in range(3):
         began = time.monotonic()
-        subprocess.run([sys.executable, "-c", ""], check=True, env=ENV)
+        subprocess.run(
+            [sys.executable, "-c", ""], check=True, env=ENV, preexec_fn=_as_from_a_terminal
+        )
         times.append(time.monotonic() - began)
     return sorted(times)[1]
 
@@ -97,6 +107,7 @@ def test_ctrl_c_during_cluster_up_stops_every_process_it_started(tmp_path: Path)
         [sys.executable, "-m", "kplane", "cluster", "up", "--brokers", "3", "--base-port",
          "0", "--dir", str(directory)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, cwd=REPO_ROOT,
+        preexec_fn=_as_from_a_terminal,
     )
     seen: list[str] = []
     _wait_for_output(process, "starting broker 1", seen)
