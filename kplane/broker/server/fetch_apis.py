@@ -67,17 +67,19 @@ class DelayedFetch(DelayedOperation):
         ctx: RequestContext,
         specs: list[FetchPartitionSpec],
         delay_ms: float,
-        limits: tuple[int, int],
+        max_bytes: int,
+        min_bytes: int,
     ) -> None:
         super().__init__(delay_ms)
         self.apis = apis
         self.ctx = ctx
         self.specs = specs
-        self.limits = limits  # (max_bytes, min_bytes)
+        self.max_bytes = max_bytes
+        self.min_bytes = min_bytes
 
     def try_complete(self) -> bool:
         available = 0
-        min_bytes = self.limits[1]
+        min_bytes = self.min_bytes
         isolation_level = _isolation_level(self.ctx)
         for spec in self.specs:
             if spec.tp is None:
@@ -113,7 +115,7 @@ class DelayedFetch(DelayedOperation):
             self.ctx.respond_nothing()  # nobody reads the answer: read no data for it
             return
         try:
-            self.apis.respond(self.ctx, self.apis.read(self.ctx, self.specs, self.limits[0]))
+            self.apis.respond(self.ctx, self.apis.read(self.ctx, self.specs, self.max_bytes))
         except Exception as exc:  # on the timer's or a producer's thread: still answer
             self.ctx.fail(exc)
 
@@ -227,7 +229,7 @@ class FetchApis:
         ):
             self.respond(ctx, reads)
             return
-        delayed = DelayedFetch(self, ctx, specs, req.max_wait_ms, (max_bytes, min_bytes))
+        delayed = DelayedFetch(self, ctx, specs, req.max_wait_ms, max_bytes, min_bytes)
         if not self.purgatory.try_complete_else_watch(
             delayed, [s.tp for s in specs if s.tp is not None]
         ):
