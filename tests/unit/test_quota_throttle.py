@@ -18,6 +18,7 @@ from kplane.broker.quota.entity import QuotaEntity
 from kplane.broker.quota.store import ClientQuotaStore
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.framing import RequestHeader
+from tests.unit.test_quota_manager import Clock
 
 
 def quotas_over_a_store() -> tuple[
@@ -26,7 +27,9 @@ def quotas_over_a_store() -> tuple[
     store = ClientQuotaStore(KafkaMetadataClient(EmbeddedMetadataStore(None)))
     config = KafkaConfig.from_properties({"log.dirs": "/tmp/unused"}, log_unused=False)
     ips: list[tuple[str | None, int | None]] = []
-    quotas = ClientQuotas(config, store, ip_quotas=lambda ip, rate: ips.append((ip, rate)))
+    quotas = ClientQuotas(
+        config, store, ip_quotas=lambda ip, rate: ips.append((ip, rate)), clock=Clock()
+    )
     listener = ConfigChangeListener(store.client.store)
     listener.subscribe(quotas.on_config_change)
     listener.start()

@@ -75,18 +75,19 @@ class ClientQuotas:
         store: ClientQuotaStore,
         metrics: BrokerMetrics | None = None,
         ip_quotas: IpQuotaSink | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self._ip_quotas = ip_quotas
         samples = config.get_int(QUOTA_WINDOW_NUM)
         window_s = float(config.get_int(QUOTA_WINDOW_SIZE_SECONDS))
-        self.produce = ClientQuotaManager(QuotaKind.PRODUCE, samples, window_s, metrics)
-        self.fetch = ClientQuotaManager(QuotaKind.FETCH, samples, window_s, metrics)
+        self.produce = ClientQuotaManager(QuotaKind.PRODUCE, samples, window_s, metrics, clock)
+        self.fetch = ClientQuotaManager(QuotaKind.FETCH, samples, window_s, metrics, clock)
         # Kafka bounds a request-quota throttle by one window (ClientRequestQuotaManager).
         self.request = ClientQuotaManager(
-            QuotaKind.REQUEST, samples, window_s, metrics, max_throttle_ms=window_s * 1000.0
+            QuotaKind.REQUEST, samples, window_s, metrics, clock, max_throttle_ms=window_s * 1000.0
         )
-        self.controller_mutation = ControllerMutationQuotaManager(samples, window_s, metrics)
+        self.controller_mutation = ControllerMutationQuotaManager(samples, window_s, metrics, clock)
         self.managers = (self.produce, self.fetch, self.request, self.controller_mutation)
         self._applied: set[QuotaEntity] = set()
 
