@@ -15,7 +15,7 @@ from kplane.broker.log.partition import ReplicaAssignment, TopicPartition
 from kplane.broker.server.replica_manager import ReplicaState
 from kplane.broker.share.share_partition import AcknowledgementBatch, AcknowledgeType
 from kplane.broker.share.share_partition_manager import SharePartitionManager
-from kplane.broker.share.share_state_store import ShareStateStore
+from kplane.broker.share.share_state_store import FencedStateEpochError, ShareStateStore
 from kplane.protocol.records import Record, build_batch
 from tests.unit.leader import TOPIC, Broker, batch
 
@@ -81,3 +81,56 @@ def test_a_new_leader_epoch_reads_the_stored_state_again(broker: Broker) -> None
         1, [ReplicaState(TP, ReplicaAssignment(0, 1, 1, (0,), (0,)))]
     )
     assert offsets(m, "b") == [0, 1]
+
+
+def test_an_alteration_at_the_coordinator_reaches_a_leader_that_held_the_partition(
+    broker: Broker,
+) -> None:
+    """Two managers over one store: the partition's leader and the group's coordinator
+    (another broker). The leader hands out records from the altered offset, not from the
+    start it held in memory."""
+    broker.produce({0: batch(b"a", b"b", b"c", b"d", b"e")})
+    leader = manager(broker, **{"share.auto.offset.reset": "earliest"})
+    coordinator = manager(broker)
+    assert offsets(leader) == [0, 1, 2, 3, 4]
+    accept = AcknowledgementBatch(0, 4, (AcknowledgeType.ACCEPT,))
+    assert leader.acknowledge("g", "a", {TP: [accept]}) == {TP: None}
+    coordinator.alter_offsets("g", {TP: 1})  # back: 1..4 again
+    assert offsets(leader, "b") == [1, 2, 3, 4]
+    assert coordinator.stored_offsets("g", [TP])[TP].start_offset == 1
+    coordinator.alter_offsets("g", {TP: 4})  # forward, with 1..4 acquired by b
+    assert offsets(leader, "c") == [4]
+    accept = AcknowledgementBatch(4, 4, (AcknowledgeType.ACCEPT,))
+    assert leader.acknowledge("g", "c", {TP: [accept]}) == {TP: None}
+    assert coordinator.stored_offsets("g", [TP])[TP].start_offset == 5
+
+
+def test_deleted_offsets_start_a_leader_again_at_the_reset_offset(broker: Broker) -> None:
+    broker.produce({0: batch(b"a", b"b")})
+    leader = manager(broker, **{"share.auto.offset.reset": "earliest"})
+    assert offsets(leader) == [0, 1]
+    manager(broker).delete_offsets("g", [TP])
+    assert offsets(leader, "b") == [0, 1]  # earliest again, not the records it held
+
+
+def test_a_write_under_an_older_state_epoch_is_fenced_and_changes_nothing(
+    broker: Broker,
+) -> None:
+    states = ShareStateStore(broker.store)
+    key = ("g", TP)
+    old = states.state_epoch("g")
+    states.write({key: {"start_offset": 3, "state_batches": []}}, {key: old}, new=[key])
+    assert states.initialize("g", {TP: 7}) == old.epoch + 1
+    with pytest.raises(FencedStateEpochError):
+        states.write({key: {"start_offset": 9, "state_batches": []}}, {key: old})
+    assert states.read("g", TP) == {
+        "version": 1,
+        "state_epoch": old.epoch + 1,
+        "start_offset": 7,
+        "state_batches": [],
+    }
+    states.initialize("g", {TP: None})
+    assert states.read("g", TP) is None
+    with pytest.raises(FencedStateEpochError):  # nor made again by an old leader
+        states.write({key: {"start_offset": 9, "state_batches": []}}, {key: old}, new=[key])
+    assert states.read("g", TP) is None

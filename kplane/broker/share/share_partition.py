@@ -89,12 +89,15 @@ class SharePartition:
         max_in_flight: int,
         records: Iterable[tuple[int, int, RecordState, int]] = (),
         leader_epoch: int = -1,
+        state_epoch: int = 0,
     ) -> None:
         self.start_offset = start_offset
         self.end_offset = start_offset
         self.delivery_count_limit = delivery_count_limit
         self.max_in_flight = max_in_flight
         self.leader_epoch = leader_epoch
+        self.state_epoch = state_epoch
+        """The group's state epoch this state was loaded under (Kafka's stateEpoch)."""
         self.lock = threading.Lock()
         self.records: dict[int, InFlightRecord] = {}
         for first, last, state, count in records:
@@ -306,6 +309,7 @@ class SharePartition:
             "version": 1,
             "start_offset": self.start_offset,
             "leader_epoch": self.leader_epoch,
+            "state_epoch": self.state_epoch,
             "state_batches": [[f, last, int(s), c] for f, last, s, c in self.state_batches()],
         }
 

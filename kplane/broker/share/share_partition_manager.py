@@ -10,6 +10,13 @@ batches with :meth:`ReplicaManager.read` from the first record it can acquire, a
 group's ``share.isolation.level``, and acquires records of them; an acknowledgement settles
 them. What an acknowledgement or a release changed, and a new share partition's start, is
 written before the request is answered.
+
+Each share partition remembers the group's state epoch it was loaded under; a write under
+an older one is fenced (FENCED_STATE_EPOCH: AlterShareGroupOffsets or
+DeleteShareGroupOffsets moved the epoch on), and the partition is dropped, to be loaded
+again. A watch on the group's state epoch marks the group for a look at the next request,
+so a leader that is not the group's coordinator hands out no records from before an
+alteration.
 """
 
 from __future__ import annotations
@@ -35,7 +42,11 @@ from kplane.broker.share.share_partition import (
     RecordState,
     SharePartition,
 )
-from kplane.broker.share.share_state_store import ShareStateStore
+from kplane.broker.share.share_state_store import (
+    FencedStateEpochError,
+    ShareStateStore,
+    StateEpoch,
+)
 from kplane.broker.utils.file_region import Transferable, materialize
 from kplane.broker.utils.interval_log import IntervalWarning
 from kplane.protocol.errors import ErrorCode, KafkaError
@@ -111,6 +122,12 @@ class SharePartitionManager:
         self._store = store
         self._wake = wake
         self._partitions: dict[tuple[str, TopicPartition], SharePartition] = {}
+        self._epochs: dict[tuple[str, TopicPartition], StateEpoch] = {}
+        """The group's state epoch each share partition was loaded under."""
+        self._watched: set[str] = set()
+        """The groups whose state epoch is watched."""
+        self._stale: set[str] = set()
+        """Groups whose state epoch moved since the look at it: looked at again next."""
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._not_written = IntervalWarning("share-partition state not written")
@@ -152,6 +169,8 @@ class SharePartitionManager:
         """The share partition of ``group_id`` on ``tp``, made or loaded when new here or
         when the leader epoch moved; KafkaError when ``tp`` is not led here."""
         key = (group_id, tp)
+        if self._stale and group_id in self._stale:
+            self._look_at_state_epoch(group_id)
         try:
             partition = self._replicas.leader_partition(tp)
         except KafkaError:
@@ -162,16 +181,71 @@ class SharePartitionManager:
             found = self._partitions.get(key)
         if found is not None and found.leader_epoch == partition.leader_epoch:
             return found, partition
-        made = self._load(group_id, tp, partition)
+        made, epoch = self._load(group_id, tp, partition)
         with self._lock:
             found = self._partitions.get(key)
             if found is not None and found.leader_epoch == partition.leader_epoch:
                 return found, partition
             self._partitions[key] = made
+            if epoch is not None:
+                self._epochs[key] = epoch
         return made, partition
 
-    def _load(self, group_id: str, tp: TopicPartition, partition: Partition) -> SharePartition:
+    def _state_epoch_moved(self, group_id: str) -> None:
+        """The store's watch: the group's state epoch moved on (or its state went)."""
+        with self._lock:
+            self._stale.add(group_id)
+
+    def _look_at_state_epoch(self, group_id: str) -> None:
+        """Drop the group's share partitions loaded under an older state epoch (they are
+        loaded again when next used)."""
+        with self._lock:
+            if group_id not in self._stale:
+                return
+            self._stale.discard(group_id)
         try:
+            current = self._store.state_epoch(group_id, create=False) if self._store else None
+        except (StoreError, ValueError) as exc:
+            with self._lock:
+                self._stale.add(group_id)
+            raise KafkaError(
+                ErrorCode.coordinator_load_in_progress, f"share state unreadable: {exc}"
+            ) from exc
+        with self._lock:
+            gone = [k for k, e in self._epochs.items() if k[0] == group_id and e != current]
+        self._fence(gone)
+
+    def _fence(self, keys: Iterable[tuple[str, TopicPartition]]) -> None:
+        """Drop share partitions whose state epoch moved on."""
+        with self._lock:
+            for key in keys:
+                self._partitions.pop(key, None)
+                self._epochs.pop(key, None)
+                log.info(
+                    "share partition fenced: its state epoch moved on, it is loaded again",
+                    group=key[0],
+                    partition=str(key[1]),
+                )
+
+    def _load(
+        self, group_id: str, tp: TopicPartition, partition: Partition
+    ) -> tuple[SharePartition, StateEpoch | None]:
+        """The share partition as stored (else new), and the state epoch it is loaded
+        under (the group's epoch is watched first, so no later move goes unseen)."""
+        epoch = None
+        try:
+            if self._store is not None:
+                with self._lock:
+                    watch = group_id not in self._watched
+                    self._watched.add(group_id)
+                if watch:
+                    try:
+                        self._store.watch_group(group_id, self._state_epoch_moved)
+                    except StoreError:
+                        with self._lock:
+                            self._watched.discard(group_id)
+                        raise
+                epoch = self._store.state_epoch(group_id)
             doc = self._store.read(group_id, tp) if self._store is not None else None
         except (StoreError, ValueError) as exc:
             raise KafkaError(
@@ -181,6 +255,7 @@ class SharePartitionManager:
             "delivery_count_limit": self.config.delivery_count_limit,
             "max_in_flight": self.config.partition_max_record_locks,
             "leader_epoch": partition.leader_epoch,
+            "state_epoch": epoch.epoch if epoch is not None else 0,
         }
         if doc is not None:
             made = SharePartition(
@@ -207,7 +282,7 @@ class SharePartitionManager:
                 partition=str(tp),
                 start_offset=made.start_offset,
             )
-        return made
+        return made, epoch
 
     def partitions_of(self, group_id: str) -> list[tuple[TopicPartition, SharePartition]]:
         with self._lock:
@@ -234,7 +309,11 @@ class SharePartitionManager:
                 out[tp] = None
             except KafkaError as exc:
                 out[tp] = exc
-        self._persist(touched)
+        for _g, tp in self._persist(touched):
+            out[tp] = KafkaError(
+                ErrorCode.fenced_state_epoch,
+                f"The share-partition state of group {group_id} was initialized again.",
+            )
         for (_g, tp), sp in touched:
             if sp.count(RecordState.AVAILABLE):
                 self._wake(tp)
@@ -392,38 +471,35 @@ class SharePartitionManager:
         return out
 
     def alter_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
-        """Start each partition afresh at its offset (the group is empty)."""
-        self._forget(group_id, offsets)
-        if self._store is not None:
-            with self._write_lock:
-                self._store.write(
-                    {
-                        (group_id, tp): {"version": 1, "start_offset": offset, "state_batches": []}
-                        for tp, offset in offsets.items()
-                    }
-                )
+        """Start each partition afresh at its offset (the group is empty), the group's
+        state epoch moved on: the leaders of its partitions load them again."""
+        self._initialize(group_id, offsets)
 
     def delete_offsets(self, group_id: str, tps: Sequence[TopicPartition]) -> None:
-        """Forget the state of ``tps`` (the group is empty): the next fetch starts at
-        share.auto.offset.reset."""
-        self._forget(group_id, tps)
+        """Forget the state of ``tps`` (the group is empty), the group's state epoch
+        moved on: the next fetch starts at share.auto.offset.reset."""
+        self._initialize(group_id, dict.fromkeys(tps))
+
+    def _initialize(self, group_id: str, starts: Mapping[TopicPartition, int | None]) -> None:
+        self._forget(group_id)
         if self._store is not None:
             with self._write_lock:
-                self._store.delete(group_id, tps)
+                epoch = self._store.initialize(group_id, starts)
+            log.info("share group state epoch moved on", group=group_id, state_epoch=epoch)
 
     def stored_partitions(self, group_id: str) -> list[TopicPartition]:
         return self._store.partitions(group_id) if self._store is not None else []
 
-    def _forget(self, group_id: str, tps: Iterable[TopicPartition]) -> None:
-        with self._lock:
-            for tp in tps:
-                self._partitions.pop((group_id, tp), None)
-
-    def delete_group(self, group_id: str) -> None:
-        """A share group was deleted: its share partitions and stored state go."""
+    def _forget(self, group_id: str) -> None:
+        """Drop the group's share partitions here (each loaded again when next used)."""
         with self._lock:
             for key in [k for k in self._partitions if k[0] == group_id]:
                 del self._partitions[key]
+                self._epochs.pop(key, None)
+
+    def delete_group(self, group_id: str) -> None:
+        """A share group was deleted: its share partitions and stored state go."""
+        self._forget(group_id)
         if self._store is not None:
             with self._write_lock:
                 self._store.delete(group_id)
@@ -434,6 +510,7 @@ class SharePartitionManager:
         with self._lock:
             for key in [k for k in self._partitions if k[1].topic == topic]:
                 del self._partitions[key]
+                self._epochs.pop(key, None)
         if self._store is not None:
             with self._write_lock:
                 self._store.delete_topic(topic)
@@ -443,32 +520,50 @@ class SharePartitionManager:
         self,
         touched: Sequence[tuple[tuple[str, TopicPartition], SharePartition]],
         new_only: bool = False,
-    ) -> None:
+    ) -> list[tuple[str, TopicPartition]]:
         """Write the state of the share partitions that changed, together (``new_only``:
         of those the store has no document of yet; a fetch alone changes nothing that
         cannot be found again: locks that expired, archived control records and aborted
-        transactions, a log start that moved, which go with the next write)."""
+        transactions, a log start that moved, which go with the next write). Returns the
+        share partitions fenced (their state epoch moved on: not written, dropped)."""
         if self._store is None:
-            return
+            return []
+        fenced: list[tuple[str, TopicPartition]] = []
         with self._write_lock:
             docs = {}
             new = set()
+            epochs = {}
             for key, sp in touched:
+                with self._lock:
+                    epoch = self._epochs.get(key)
+                    if epoch is None or self._partitions.get(key) is not sp:
+                        continue  # dropped meanwhile: loaded again when next used
                 with sp.lock:
                     if sp.dirty and not (new_only and sp.stored):
                         docs[key] = sp.to_json()
+                        epochs[key] = epoch
                         if not sp.stored:
                             new.add(key)
                         sp.dirty, sp.stored = False, True
-            if not docs:
-                return
-            try:
-                self._store.write(docs)
-            except StoreError as exc:
-                for key, sp in touched:
-                    if key in docs:
-                        sp.dirty, sp.stored = True, key not in new
-                self._not_written.record(error=str(exc))
+            while docs:
+                try:
+                    self._store.write(docs, epochs, new)
+                    break
+                except FencedStateEpochError as exc:
+                    gone = [k for k in docs if k[0] == exc.group_id] or list(docs)
+                    for key in gone:
+                        del docs[key]
+                    fenced += gone
+                    with self._lock:
+                        self._stale.add(exc.group_id)
+                except StoreError as exc:
+                    for key, sp in touched:
+                        if key in docs:
+                            sp.dirty, sp.stored = True, key not in new
+                    self._not_written.record(error=str(exc))
+                    break
+        self._fence(fenced)
+        return fenced
 
 
 def _aborted_check(aborted: list[AbortedTxn] | None) -> Callable[[BatchHeader], bool]:
