@@ -10,7 +10,9 @@ CreatePartitions change: see ``controller_mutation``). When a response is handed
 each kind records its value; the largest throttle goes into the response's
 ``throttle_time_ms`` at once and the connection is muted for that long. A throttled
 consumer's Fetch is answered empty and its bytes are not counted (Kafka's
-handleFetchRequest). Controller requests, followers' fetches, the brokers'
+handleFetchRequest). A ShareFetch counts against the same fetch quota (Kafka's
+handleShareFetchRequest); throttled, it keeps the records it acquired for its member, and
+its bytes stay counted. Controller requests, followers' fetches, the brokers'
 AddPartitionsToTxn (v4+) and the control plane are never throttled; an acks=0 Produce only
 by its bytes.
 
@@ -174,7 +176,7 @@ class ClientQuotas:
             bandwidth_ms = bandwidth.record_and_get_throttle_time_ms(
                 user, client_id, float(len(request.frame))
             )
-        elif api_key == ApiKey.FETCH:
+        elif api_key in (ApiKey.FETCH, ApiKey.SHARE_FETCH):
             bandwidth = self.fetch
             bandwidth_ms = bandwidth.record_and_get_throttle_time_ms(
                 user, client_id, float(response_bytes)

@@ -4,7 +4,9 @@ Most responses are kio entities, re-encoded with the field set. Produce is writt
 straight to bytes around stored batches; its field (v1+) is patched in place, last in the
 body before the flexible versions' tagged fields (none written). A throttled Fetch is
 answered empty, its throttle time first in the body: Kafka's throttled full-session
-response, the client fetches the same offsets again once it may.
+response, the client fetches the same offsets again once it may. A ShareFetch's field is
+first in its body too, patched there: its records, already acquired for the member, go
+out with it.
 """
 
 from __future__ import annotations
@@ -35,8 +37,12 @@ def patch_throttle_time(
 ) -> list[Transferable]:
     """Body pieces of a Produce response with ``throttle_time_ms`` set (unchanged for
     versions without the field, or pieces not laid out as expected); a Fetch's throttled
-    answer, empty (v1+)."""
+    answer, empty (v1+); a ShareFetch response with its first field set."""
     value = _I32.pack(min(throttle_ms, 2**31 - 1))
+    if api_key == ApiKey.SHARE_FETCH and pieces:
+        head = pieces[0]
+        if isinstance(head, bytes | memoryview) and len(head) >= 4:
+            return [value + bytes(head[4:]), *pieces[1:]]
     if api_key == ApiKey.FETCH and version >= 1:
         return list(
             encode_fetch_response(version, [], throttle_time_ms=min(throttle_ms, 2**31 - 1))

@@ -697,7 +697,12 @@ class KafkaServer:
                 owns=self._owns_group,
             ),
             ShareFetchApis(
-                self.share_partitions, self.share_sessions, self.cache, self.fetch_purgatory
+                self.share_partitions,
+                self.share_sessions,
+                self.cache,
+                self.fetch_purgatory,
+                self.config.get_int("fetch.max.bytes"),
+                self.client_quotas,
             ),
             ShareOffsetApis(
                 self.group_coordinator, self.share_partitions, self.cache, owns=self._owns_group

@@ -10,6 +10,11 @@ connection that opened the session (Kafka 4.1's connection-disconnect listener),
 closed it: a member that crashed gives its records back at once, not when their locks
 expire. As in Kafka, the member id is not checked with the group coordinator: the share
 session is what a ShareFetch or ShareAcknowledge must name.
+
+A ShareFetch reads at most ``fetch.max.bytes`` and, under a fetch quota, what the quota
+window allows (Kafka's getMaxValueInQuotaWindow, as Fetch); its answer counts against the
+client's ``consumer_byte_rate`` as a Fetch's does. Its records are the stored batches
+passed through (:mod:`protocol.share_fetch_codec`), as Fetch's are.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import structlog
 
 from kplane.broker.log.partition import TopicPartition
 from kplane.broker.metadata.cache import MetadataCache
+from kplane.broker.quota.client_quotas import ClientQuotas
 from kplane.broker.server.context import Handler, RequestContext
 from kplane.broker.share.share_partition import AcknowledgementBatch
 from kplane.broker.share.share_partition_manager import PartitionFetch, SharePartitionManager
@@ -34,10 +40,16 @@ from kplane.broker.share.share_session import (
     ShareSession,
     ShareSessionCache,
 )
+from kplane.broker.utils.file_region import Transferable
 from kplane.broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kplane.common.acl import AclOperation, AclResourceType
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode, KafkaError
+from kplane.protocol.share_fetch_codec import (
+    ShareFetchPartitionResult,
+    ShareFetchTopicResult,
+    encode_share_fetch_response,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -96,11 +108,15 @@ class ShareFetchApis:
         sessions: ShareSessionCache,
         cache: MetadataCache,
         purgatory: DelayedOperationPurgatory,
+        fetch_max_bytes: int = 2**31 - 1,
+        quotas: ClientQuotas | None = None,
     ) -> None:
         self.partitions = partitions
         self.sessions = sessions
         self.cache = cache
         self.purgatory = purgatory
+        self.fetch_max_bytes = fetch_max_bytes
+        self._quotas = quotas
 
     def handlers(self) -> Mapping[int, Handler]:
         return {
@@ -256,11 +272,15 @@ class ShareFetchApis:
         req = ctx.body
         tps = list(session.partitions)
         turn = session.epoch % len(tps) if tps else 0  # each partition first in turn
+        max_bytes = min(int(req.max_bytes), self.fetch_max_bytes)
+        window = self._quotas.max_fetch_bytes(ctx.request) if self._quotas is not None else None
+        if window is not None:  # more would be throttled even after a quiet window
+            max_bytes = min(max_bytes, window)
         fetched = self.partitions.fetch(
             session.group_id,
             session.member_id,
             tps[turn:] + tps[:turn],
-            int(req.max_bytes),
+            max_bytes,
             int(req.max_records) if int(req.max_records) > 0 else 500,
         )
         self._respond_fetch(ctx, parsed, acks, fetched)
@@ -272,7 +292,7 @@ class ShareFetchApis:
         acks: Mapping[TopicPartition, KafkaError | None],
         fetched: Mapping[TopicPartition, PartitionFetch],
     ) -> None:
-        by_topic: dict[uuid.UUID, list[Any]] = {}
+        by_topic: dict[uuid.UUID, ShareFetchTopicResult[Transferable]] = {}
         shown = dict.fromkeys(
             [
                 *parsed.named,
@@ -285,51 +305,29 @@ class ShareFetchApis:
                 continue
             result = fetched.get(tp, PartitionFetch())
             ack = acks.get(tp)
-            by_topic.setdefault(topic_id, []).append(
-                ctx.make(
-                    "PartitionData",
-                    partition_index=tp.partition,
-                    error_code=result.error,
-                    error_message=result.message,
-                    acknowledge_error_code=ack.code if ack is not None else ErrorCode.none,
-                    acknowledge_error_message=ack.message if ack is not None else None,
-                    current_leader=self._leader(ctx, tp),
-                    records=result.records,
-                    acquired_records=tuple(
-                        ctx.make(
-                            "AcquiredRecords",
-                            first_offset=a.first_offset,
-                            last_offset=a.last_offset,
-                            delivery_count=a.delivery_count,
-                        )
-                        for a in result.acquired
-                    ),
+            leader_id, leader_epoch = self._leader_of(tp)
+            by_topic.setdefault(topic_id, ShareFetchTopicResult(topic_id)).partitions.append(
+                ShareFetchPartitionResult(
+                    tp.partition,
+                    result.error,
+                    result.message,
+                    ack.code if ack is not None else ErrorCode.none,
+                    ack.message if ack is not None else None,
+                    leader_id,
+                    leader_epoch,
+                    result.records,
+                    [(a.first_offset, a.last_offset, a.delivery_count) for a in result.acquired],
                 )
             )
         for (topic_id, index), error in parsed.errors.items():
-            by_topic.setdefault(topic_id, []).append(
-                ctx.make(
-                    "PartitionData",
-                    partition_index=index,
-                    error_code=error,
-                    acknowledge_error_code=error,
-                    current_leader=ctx.make("LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1),
-                    records=b"",
-                    acquired_records=(),
-                )
+            by_topic.setdefault(topic_id, ShareFetchTopicResult(topic_id)).partitions.append(
+                ShareFetchPartitionResult(index, error, acknowledge_error_code=error)
             )
-        ctx.respond(
-            ctx.make_response(
-                throttle_time=datetime.timedelta(0),
-                error_code=ErrorCode.none,
-                acquisition_lock_timeout=datetime.timedelta(
-                    milliseconds=self.partitions.lock_duration_ms(ctx.body.group_id or "")
-                ),
-                responses=tuple(
-                    ctx.make("ShareFetchableTopicResponse", topic_id=t, partitions=tuple(ps))
-                    for t, ps in by_topic.items()
-                ),
-                node_endpoints=(),
+        ctx.respond_pieces(
+            encode_share_fetch_response(
+                ctx.api_version,
+                list(by_topic.values()),
+                self.partitions.lock_duration_ms(ctx.body.group_id or ""),
             )
         )
 
@@ -386,14 +384,15 @@ class ShareFetchApis:
         info = self.cache.snapshot.topics.get(topic)
         return info.topic_id if info is not None else None
 
-    def _leader(self, ctx: RequestContext, tp: TopicPartition) -> Any:
+    def _leader_of(self, tp: TopicPartition) -> tuple[int, int]:
+        """The partition's leader and leader epoch as the metadata cache knows them."""
         info = self.cache.snapshot.topics.get(tp.topic)
         part = info.partitions.get(tp.partition) if info is not None else None
-        return ctx.make(
-            "LeaderIdAndEpoch",
-            leader_id=part.leader if part is not None else -1,
-            leader_epoch=part.leader_epoch if part is not None else -1,
-        )
+        return (part.leader, part.leader_epoch) if part is not None else (-1, -1)
+
+    def _leader(self, ctx: RequestContext, tp: TopicPartition) -> Any:
+        leader_id, leader_epoch = self._leader_of(tp)
+        return ctx.make("LeaderIdAndEpoch", leader_id=leader_id, leader_epoch=leader_epoch)
 
     @staticmethod
     def _top_error(ctx: RequestContext, error: ErrorCode, message: str | None) -> None:

@@ -21,7 +21,10 @@ alteration.
 
 from __future__ import annotations
 
+import bisect
 import datetime
+import itertools
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -47,10 +50,10 @@ from kplane.broker.share.share_state_store import (
     ShareStateStore,
     StateEpoch,
 )
-from kplane.broker.utils.file_region import Transferable, materialize
+from kplane.broker.utils.file_region import FileRegion, Transferable
 from kplane.broker.utils.interval_log import IntervalWarning
 from kplane.protocol.errors import ErrorCode, KafkaError
-from kplane.protocol.records import BatchHeader, InvalidRecordError, read_partial_batches
+from kplane.protocol.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader
 
 log = structlog.get_logger(__name__)
 
@@ -84,12 +87,18 @@ class LogReader(Protocol):
 
 @dataclass(slots=True)
 class PartitionFetch:
-    """One partition's part of a ShareFetch answer."""
+    """One partition's part of a ShareFetch answer: ``records`` are the stored batches
+    that hold the acquired records, as the log handed them out (bytes, memoryviews or
+    file regions, never copied)."""
 
     error: ErrorCode = ErrorCode.none
     message: str | None = None
-    records: bytes = b""
+    records: list[Transferable] = field(default_factory=list)
     acquired: list[AcquiredRecords] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return sum(len(piece) for piece in self.records)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +357,7 @@ class SharePartitionManager:
                 result = PartitionFetch(exc.code, exc.message)
             out[tp] = result
             records_left -= sum(a.last_offset - a.first_offset + 1 for a in result.acquired)
-            bytes_left -= len(result.records)
+            bytes_left -= result.size
         self._persist(touched, new_only=True)
         return out
 
@@ -373,11 +382,8 @@ class SharePartitionManager:
             return PartitionFetch(result.error)
         if not result.views:
             return PartitionFetch()
-        buffer = b"".join(materialize(result.views))
-        try:
-            headers = read_partial_batches(buffer)
-        except InvalidRecordError as exc:
-            raise KafkaError(ErrorCode.corrupt_message, exc.message) from exc
+        read = _LogRead(result.views)
+        headers = read.batch_headers()
         aborted = _aborted_check(result.aborted_transactions)
         acquired = sp.acquire(
             member_id,
@@ -392,8 +398,8 @@ class SharePartitionManager:
             return PartitionFetch()
         first, last = acquired[0].first_offset, acquired[-1].last_offset
         used = [h for h in headers if h.last_offset >= first and h.base_offset <= last]
-        start, end = used[0].position, used[-1].position + used[-1].size
-        return PartitionFetch(records=buffer[start:end], acquired=acquired)
+        end = used[-1].position + used[-1].size
+        return PartitionFetch(records=read.cut(used[0].position, end), acquired=acquired)
 
     def acquirable(self, group_id: str, tps: Sequence[TopicPartition]) -> bool:
         """Whether a fetch of ``tps`` would acquire something now (or answer an error)."""
@@ -564,6 +570,81 @@ class SharePartitionManager:
                     break
         self._fence(fenced)
         return fenced
+
+
+_STORED_HEADER = struct.Struct(">qiibIhiqqqhii")
+"""A stored batch's fixed header, read without its records (the layout of
+:class:`~kplane.protocol.records.BatchHeader`'s fields)."""
+_MAGIC_V2 = 2
+
+
+class _LogRead:
+    """The pieces of a log read laid end to end (whole batches, the last maybe cut short):
+    their batches' headers, each read from its own 61 bytes, and byte ranges handed out as
+    pieces of the same stored bytes or files. No record is read or copied."""
+
+    __slots__ = ("pieces", "size", "starts")
+
+    def __init__(self, pieces: Sequence[Transferable]) -> None:
+        self.pieces = pieces
+        self.starts = list(itertools.accumulate((len(p) for p in pieces), initial=0))
+        self.size = self.starts.pop()
+
+    def _read(self, position: int, size: int) -> bytes:
+        """``size`` bytes from ``position`` (fewer at the end, or where a file was cut)."""
+        index = bisect.bisect_right(self.starts, position) - 1
+        out = bytearray()
+        while len(out) < size and index < len(self.pieces):
+            piece = self.pieces[index]
+            offset = position + len(out) - self.starts[index]
+            want = min(size - len(out), len(piece) - offset)
+            if isinstance(piece, FileRegion):
+                chunk = piece.pread(offset, want)
+                out += chunk
+                if len(chunk) < want:
+                    break
+            else:
+                out += memoryview(piece).cast("B")[offset : offset + want]
+            index += 1
+        return bytes(out)
+
+    def batch_headers(self) -> list[BatchHeader]:
+        """The whole batches' headers, positions from the first piece's start; KafkaError
+        CORRUPT_MESSAGE for a header the log should never have stored."""
+        headers: list[BatchHeader] = []
+        position = 0
+        while position + BATCH_HEADER_SIZE <= self.size:
+            head = self._read(position, BATCH_HEADER_SIZE)
+            if len(head) < BATCH_HEADER_SIZE:
+                break  # a file cut under the read
+            base, length, epoch, magic, *rest = _STORED_HEADER.unpack(head)
+            if magic != _MAGIC_V2 or length < MIN_BATCH_LENGTH:
+                raise KafkaError(
+                    ErrorCode.corrupt_message,
+                    f"stored batch at offset {base}: magic {magic}, batchLength {length}",
+                )
+            size = LOG_OVERHEAD + length
+            if position + size > self.size:
+                break  # the read ends within this batch
+            headers.append(BatchHeader(position, size, base, epoch, magic, *rest))
+            position += size
+        return headers
+
+    def cut(self, start: int, end: int) -> list[Transferable]:
+        """Bytes ``start`` to ``end`` as pieces of the same bytes or files."""
+        out: list[Transferable] = []
+        index = bisect.bisect_right(self.starts, start) - 1
+        while index < len(self.pieces) and self.starts[index] < end:
+            piece, at = self.pieces[index], self.starts[index]
+            lo, hi = max(start - at, 0), min(end - at, len(piece))
+            if lo == 0 and hi == len(piece):
+                out.append(piece)
+            elif isinstance(piece, FileRegion):
+                out.append(FileRegion(piece.file, piece.position + lo, hi - lo))
+            else:
+                out.append(memoryview(piece).cast("B")[lo:hi])
+            index += 1
+        return out
 
 
 def _aborted_check(aborted: list[AbortedTxn] | None) -> Callable[[BatchHeader], bool]:
