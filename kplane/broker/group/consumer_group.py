@@ -160,10 +160,6 @@ class ConsumerGroup(ModernGroup[ConsumerGroupMember]):
 
     static_members: dict[str, str] = field(default_factory=dict)
     partition_epochs: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
-    store_version: int = -1
-    """The version of the stored document this copy was read from or last wrote (-1: none)."""
-    stored: bytes | None = field(default=None, repr=False)
-    """That document, so a heartbeat that changed nothing writes nothing."""
     timers: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
     """(kind, member id) -> the member's session or revocation timer task."""
 

@@ -31,11 +31,7 @@ from kplane.broker.group.consumer_group import (
     ConsumerGroupMember,
     MemberState,
 )
-from kplane.broker.group.consumer_group_store import (
-    ConsumerGroupStore,
-    decode_group,
-    encode_group,
-)
+from kplane.broker.group.consumer_group_store import StoredGroups
 from kplane.broker.group.current_assignment import reconcile
 from kplane.broker.group.embedded_protocol import MalformedProtocol
 from kplane.broker.group.group_config import GroupConfig
@@ -51,7 +47,6 @@ from kplane.broker.group.range_assignor import RangeAssignor
 from kplane.broker.group.topic_regex import InvalidRegex, compile_topic_regex
 from kplane.broker.group.uniform_assignor import UniformAssignor
 from kplane.broker.metadata.cache import MetadataSnapshot
-from kplane.broker.metadata.store import BadVersionError, NodeExistsError, StoreError
 from kplane.broker.utils.timer import SystemTimer
 from kplane.protocol.errors import ErrorCode, KafkaError
 
@@ -109,7 +104,7 @@ class ConsumerGroupProtocol:
         stored_topics: Callable[[], Iterable[str]],
         session_timeout_ms: Callable[[str], int],
         heartbeat_interval_ms: Callable[[str], int],
-        store: ConsumerGroupStore | None,
+        store: StoredGroups,
         owns: Callable[[str], bool] = lambda _group_id: True,
         classic: ClassicGroupProtocol | None = None,
     ) -> None:
@@ -627,19 +622,6 @@ class ConsumerGroupProtocol:
 
     # -- the store ----------------------------------------------------------------------
 
-    def read_stored(self, group_id: str) -> ConsumerGroup | None:
-        """The group as stored (a coordinator taking it over), not yet registered; None if
-        none is stored. COORDINATOR_LOAD_IN_PROGRESS when the store cannot be read."""
-        if self._store is None:
-            return None
-        try:
-            found = self._store.read_consumer_group(group_id)
-        except StoreError as exc:
-            raise KafkaError(
-                ErrorCode.coordinator_load_in_progress, f"consumer group unreadable: {exc}"
-            ) from exc
-        return decode_group(group_id, *found) if found is not None else None
-
     def on_loaded(self, group: ConsumerGroup) -> None:
         """A stored group now registered here: its members get a fresh session (those
         that do not come back are fenced when it expires)."""
@@ -653,46 +635,14 @@ class ConsumerGroupProtocol:
             members=len(group.members),
         )
 
-    def stored_group_ids(self) -> list[str]:
-        """Every consumer group with stored state ([] when the store cannot say)."""
-        if self._store is None:
-            return []
-        try:
-            return self._store.consumer_group_ids()
-        except StoreError as exc:
-            log.warning("stored consumer groups not listed", reason=str(exc))
-            return []
-
     def persist(self, group: ConsumerGroup) -> None:
-        """Store the group's state if it changed (the caller holds its lock).
-        NOT_COORDINATOR when another coordinator wrote it since (this copy is dropped);
-        COORDINATOR_NOT_AVAILABLE when the store fails."""
-        if self._store is None:
-            return
-        data = encode_group(group)
-        if data == group.stored:
-            return
-        try:
-            group.store_version = self._store.write_consumer_group(
-                group.group_id, data, group.store_version
-            )
-        except (BadVersionError, NodeExistsError) as exc:
-            self.shutdown(group)
-            group.mark_dead()
-            self.groups.remove(group)
-            raise KafkaError(
-                ErrorCode.not_coordinator, "another coordinator wrote the group's state"
-            ) from exc
-        except StoreError as exc:
-            raise KafkaError(
-                ErrorCode.coordinator_not_available, f"consumer group state not stored: {exc}"
-            ) from exc
-        group.stored = data
+        """Store the group's state if it changed (the caller holds its lock); see
+        :meth:`StoredGroups.persist`."""
+        self._store.persist(group, self.shutdown)
 
     def forget(self, group: ConsumerGroup) -> None:
         """The group was deleted: its stored state goes too."""
-        if self._store is not None:
-            self._store.delete_consumer_group(group.group_id)
+        self._store.forget(group)
 
     # -- timers -----------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from kplane.broker.group.classic_protocol import (
     MemberIdentity,
 )
 from kplane.broker.group.consumer_group import ConsumerGroup, ConsumerGroupDescription
-from kplane.broker.group.consumer_group_store import ConsumerGroupStore
+from kplane.broker.group.consumer_group_store import ConsumerGroupStore, StoredGroups
 from kplane.broker.group.consumer_protocol import ConsumerGroupProtocol
 from kplane.broker.group.group import (
     Group,
@@ -72,7 +72,8 @@ class GroupCoordinator:
     commits and deletes; ``topics()`` is the cluster's metadata, which consumer groups
     subscribe to (``stored_topics()``: the topics the metadata store holds, which
     ``topics()`` must have caught up with). ``offset_store`` keeps committed offsets,
-    ``group_store`` consumer groups' state; ``group_configs`` each group's own settings.
+    ``group_store`` consumer and share groups' state; ``group_configs`` each group's own
+    settings.
     """
 
     def __init__(
@@ -94,6 +95,7 @@ class GroupCoordinator:
         self._owns = owns
         self._topics = topics
         self.groups = GroupRegistry()
+        self.stored = StoredGroups(group_store, self.groups)
         self.classic = ClassicGroupProtocol(config, timer, self.groups)
         configs = group_configs or GroupConfigManager(None)
         self.consumer = ConsumerGroupProtocol(
@@ -108,12 +110,12 @@ class GroupCoordinator:
             heartbeat_interval_ms=lambda group_id: configs.get_int(
                 group_id, "consumer.heartbeat.interval.ms", config.consumer_heartbeat_interval_ms
             ),
-            store=group_store,
+            store=self.stored,
             owns=owns,
             classic=self.classic,
         )
         self.classic_members = ClassicMembers(self.consumer)
-        self.groups.loader = self.consumer.read_stored
+        self.groups.loader = self.stored.read
         self.groups.on_loaded = self._on_loaded
         self.groups.on_replaced = self._on_replaced
         self._brokers: frozenset[int] = frozenset()
@@ -131,6 +133,9 @@ class GroupCoordinator:
             heartbeat_interval_ms=lambda group_id: configs.get_int(
                 group_id, "share.heartbeat.interval.ms", self.share_config.heartbeat_interval_ms
             ),
+            store=self.stored,
+            snapshot=self.consumer.snapshot,
+            owns=owns,
         )
         self.share_group_deleted: list[Callable[[str], None]] = []
         """Called with the id of each share group deleted (its share-partition state goes)."""
@@ -154,6 +159,8 @@ class GroupCoordinator:
     def _on_loaded(self, group: Group) -> None:
         if isinstance(group, ConsumerGroup):
             self.consumer.on_loaded(group)
+        elif isinstance(group, ShareGroup):
+            self.share.on_loaded(group)
 
     def _on_replaced(self, group: Group) -> None:
         """``group`` became a group of another type: a consumer group's stored state goes
@@ -166,8 +173,8 @@ class GroupCoordinator:
         """Kafka's coordinator election and resignation, with the live brokers deciding who
         coordinates (checked every second): when they change, the groups another broker
         coordinates now are unloaded here (their timers stop; the stored state stays for
-        that broker), and the stored consumer groups this broker coordinates now are
-        loaded, their members' sessions started."""
+        that broker), and the stored consumer and share groups this broker coordinates now
+        are loaded, their members' sessions started."""
         if self._shutdown:
             return
         try:
@@ -175,7 +182,7 @@ class GroupCoordinator:
             if brokers and brokers != self._brokers:
                 self._brokers = brokers
                 self._unload_unowned()
-                for group_id in self.consumer.stored_group_ids():
+                for group_id in self.stored.group_ids():
                     if self._owns(group_id):
                         self.groups.get(group_id)
         except KafkaError as exc:
@@ -194,6 +201,8 @@ class GroupCoordinator:
             with group.lock:
                 if isinstance(group, ConsumerGroup):
                     self.consumer.shutdown(group)
+                elif isinstance(group, ShareGroup):
+                    self.share.shutdown(group)
                 elif not isinstance(group, ClassicGroup) or not group.is_empty:
                     continue  # a classic group's members expire here, or rejoin elsewhere
                 group.mark_dead()
@@ -212,8 +221,8 @@ class GroupCoordinator:
     def _expired_group(self, group: Group) -> None:
         """Offset expiry left ``group`` empty with no offsets: it goes, with its state."""
         self.groups.remove(group)
-        if isinstance(group, ConsumerGroup):
-            self.consumer.forget(group)
+        if isinstance(group, (ConsumerGroup, ShareGroup)):
+            self.stored.forget(group)
 
     def group_ids(self) -> list[str]:
         return self.groups.ids()
@@ -639,6 +648,7 @@ class GroupCoordinator:
                         self.consumer.forget(group)
                     elif isinstance(group, ShareGroup):
                         self.share.shutdown(group)
+                        self.share.forget(group)
                         for deleted in self.share_group_deleted:
                             self.groups.defer(deleted, group_id)
                     self.groups.remove(group)

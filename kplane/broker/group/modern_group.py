@@ -1,7 +1,10 @@
 """ModernGroup: what KIP-848's consumer groups and KIP-932's share groups share (Kafka's
 ``ModernGroup``): a group epoch counting changes of the group, a target assignment computed
 for one group epoch (the assignment epoch), members each at its own member epoch, and the
-fingerprint of what the subscribed topics resolved to. Plain data; the caller holds ``lock``.
+fingerprint of what the subscribed topics resolved to, and the version of the stored
+document the copy was read from or last wrote
+(:mod:`kplane.broker.group.consumer_group_store`, one mechanism for both types). Plain data;
+the caller holds ``lock``.
 """
 
 from __future__ import annotations
@@ -62,11 +65,19 @@ class ModernGroup(Group, Generic[MemberT]):
     pending_txn_offsets: dict[int, OffsetsByPartition] = field(default_factory=dict)
     dead: bool = False
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    store_version: int = -1
+    """The version of the stored document this copy was read from or last wrote (-1: none)."""
+    stored: bytes | None = field(default=None, repr=False)
+    """That document, so a heartbeat that changed nothing writes nothing."""
 
     @property
     @abc.abstractmethod
     def state(self) -> enum.Enum:
         """The group's state; its value is the name Kafka reports."""
+
+    @abc.abstractmethod
+    def update_member(self, member: MemberT) -> None:
+        """Add or replace ``member``."""
 
     def bump_group_epoch(
         self, fingerprint: tuple[Any, ...], member_id: str, joined: bool, changed: bool

@@ -2,17 +2,20 @@
 
 Membership is KIP-848's (a group epoch, a target assignment computed for it, a member epoch
 per member), but partitions are shared: several members may be assigned one partition, so
-a member takes its target at once, with nothing to revoke first. Share groups commit no
-offsets; their progress is the share-partition state kept beside each partition leader
-(:mod:`kplane.broker.share`). Plain data; the caller holds ``lock``.
+a member takes its target at once, with nothing to revoke first. The membership is stored
+as a consumer group's is (:mod:`kplane.broker.group.consumer_group_store`). Share groups
+commit no offsets; their progress is the share-partition state kept beside each partition
+leader (:mod:`kplane.broker.share`). Plain data; the caller holds ``lock``.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kplane.broker.group.consumer_group import assignment_from_json, assignment_to_json
 from kplane.broker.group.group import GroupOverview, GroupType, OffsetExpiration
 from kplane.broker.group.modern_group import Assignment, ModernGroup, ModernGroupDescription
 from kplane.protocol.errors import ErrorCode
@@ -41,6 +44,33 @@ class ShareGroupMember:
     subscribed_topic_names: tuple[str, ...] = ()
     assigned: Assignment = field(default_factory=dict)
 
+    def to_json(self) -> dict[str, Any]:
+        """What is stored of the member (Kafka's ShareGroupMemberMetadata and
+        ShareGroupCurrentMemberAssignment records)."""
+        return {
+            "member_id": self.member_id,
+            "member_epoch": self.member_epoch,
+            "previous_member_epoch": self.previous_member_epoch,
+            "rack_id": self.rack_id,
+            "client_id": self.client_id,
+            "client_host": self.client_host,
+            "subscribed_topic_names": list(self.subscribed_topic_names),
+            "assigned": assignment_to_json(self.assigned),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ShareGroupMember:
+        return cls(
+            member_id=str(doc["member_id"]),
+            member_epoch=int(doc["member_epoch"]),
+            previous_member_epoch=int(doc["previous_member_epoch"]),
+            rack_id=doc.get("rack_id"),
+            client_id=str(doc.get("client_id", "")),
+            client_host=str(doc.get("client_host", "")),
+            subscribed_topic_names=tuple(str(n) for n in doc.get("subscribed_topic_names", ())),
+            assigned=assignment_from_json(doc.get("assigned", {})),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ShareGroupDescription(ModernGroupDescription[ShareGroupMember]):
@@ -59,6 +89,9 @@ class ShareGroup(ModernGroup[ShareGroupMember]):
         if self.dead:
             return ShareGroupState.DEAD
         return ShareGroupState.STABLE if self.members else ShareGroupState.EMPTY
+
+    def update_member(self, member: ShareGroupMember) -> None:
+        self.members[member.member_id] = member
 
     def describe(self) -> ShareGroupDescription:
         return ShareGroupDescription(

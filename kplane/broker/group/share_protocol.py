@@ -10,6 +10,11 @@ not heartbeat within the session timeout is removed, and the listeners added wit
 go back to the group at once. A member that leaves is not reported: its client closes its
 share sessions after the leaving heartbeat (librdkafka sends the last acknowledgements
 then), which gives back what it still holds.
+
+The group's state is stored before a heartbeat is answered, as a consumer group's
+(:class:`~kplane.broker.group.consumer_group_store.StoredGroups`): a coordinator that loads
+it after a restart or a move knows the members at their epochs and starts their sessions
+afresh; those that do not come back are removed when their session expires.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 import structlog
 
 from kplane.broker.group.assignor import MemberSubscription, TopicMetadata
+from kplane.broker.group.consumer_group_store import StoredGroups
 from kplane.broker.group.group_registry import GroupRegistry
 from kplane.broker.group.heartbeat_result import HeartbeatResult
 from kplane.broker.group.modern_group import LEAVE_GROUP_MEMBER_EPOCH
@@ -52,9 +58,12 @@ class ShareGroupHeartbeat:
 
 
 class ShareGroupProtocol:
-    """The share groups' membership. ``topics()`` is the current metadata;
+    """The share groups' membership. ``topics()`` is the current metadata (``snapshot()``
+    the same once it has caught up with the stored topics, else COORDINATOR_LOAD_IN_PROGRESS);
     ``session_timeout_ms(group_id)`` and ``heartbeat_interval_ms(group_id)`` a group's own
-    settings or the broker's."""
+    settings or the broker's; ``store`` keeps each group's state; ``owns(group_id)``:
+    whether this broker coordinates the group now (a member is removed only by its
+    coordinator)."""
 
     def __init__(
         self,
@@ -65,11 +74,17 @@ class ShareGroupProtocol:
         *,
         session_timeout_ms: Callable[[str], int],
         heartbeat_interval_ms: Callable[[str], int],
+        store: StoredGroups,
+        snapshot: Callable[[], MetadataSnapshot] | None = None,
+        owns: Callable[[str], bool] = lambda _group_id: True,
     ) -> None:
         self.config = config
         self._timer = timer
         self.groups = groups
         self._topics = topics
+        self._snapshot = snapshot or topics
+        self._store = store
+        self._owns = owns
         self._session_timeout_ms = session_timeout_ms
         self._heartbeat_interval_ms = heartbeat_interval_ms
         self._assignor = SimpleAssignor()
@@ -110,8 +125,9 @@ class ShareGroupProtocol:
         return group
 
     def restore(self, group_ids: Iterable[str]) -> int:
-        """At start-up: the share groups with stored share-partition state, registered
-        Empty (their members join again); returns how many."""
+        """At start-up: the share groups with stored share-partition state, loaded from
+        their stored state, or else registered Empty; returns how many were registered
+        Empty."""
         restored = 0
         for group_id in group_ids:
             if self.groups.get(group_id) is None:
@@ -119,12 +135,29 @@ class ShareGroupProtocol:
                 restored += 1
         return restored
 
+    def on_loaded(self, group: ShareGroup) -> None:
+        """A stored group now registered here: its members get a fresh session (those
+        that do not come back are removed when it expires)."""
+        with group.lock:
+            for member_id in list(group.members):
+                self._schedule_session(group, member_id)
+        log.info(
+            "share group loaded",
+            group=group.group_id,
+            group_epoch=group.group_epoch,
+            members=len(group.members),
+        )
+
+    def forget(self, group: ShareGroup) -> None:
+        """The group was deleted: its stored state goes too."""
+        self._store.forget(group)
+
     def is_share_group(self, group_id: str) -> bool:
         group = self.groups.get(group_id)
         return isinstance(group, ShareGroup) and not group.is_dead
 
     def _join_or_heartbeat(self, req: ShareGroupHeartbeat) -> HeartbeatResult:
-        snapshot = self._topics()
+        snapshot = self._snapshot()
         group = self._group(req.group_id, create=req.member_epoch == 0)
         with group.lock:
             if group.is_dead:
@@ -188,6 +221,7 @@ class ShareGroupProtocol:
                 )
             group.members[updated.member_id] = updated
             self._schedule_session(group, updated.member_id)
+            self._store.persist(group, self.shutdown)
             full = req.member_epoch == 0 or req.subscribed_topic_names is not None
             return HeartbeatResult(
                 member_id=updated.member_id,
@@ -230,7 +264,8 @@ class ShareGroupProtocol:
         return HeartbeatResult(member_id=req.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH)
 
     def _remove(self, group: ShareGroup, member_id: str, reason: str, fenced: bool) -> None:
-        """Remove a member and bump the group epoch; the listeners hear of a fenced one."""
+        """Remove a member and bump the group epoch, stored; the listeners hear of a fenced
+        one."""
         group.members.pop(member_id, None)
         group.target.pop(member_id, None)
         task = group.timers.pop(member_id, None)
@@ -250,6 +285,7 @@ class ShareGroupProtocol:
                 listener(group.group_id, member_id)
             except Exception:
                 log.exception("share member listener failed", group=group.group_id)
+        self._store.persist(group, self.shutdown)
 
     def _schedule_session(self, group: ShareGroup, member_id: str) -> None:
         old = group.timers.pop(member_id, None)
@@ -260,7 +296,13 @@ class ShareGroupProtocol:
             with group.lock:
                 if group.timers.get(member_id) is not task or group.is_dead:
                     return
-                self._remove(group, member_id, "the member's session expired", fenced=True)
+                del group.timers[member_id]
+                if member_id not in group.members or not self._owns(group.group_id):
+                    return
+                try:
+                    self._remove(group, member_id, "the member's session expired", fenced=True)
+                except KafkaError as exc:
+                    log.warning("member not removed", group=group.group_id, reason=exc.message)
 
         task = self._timer.schedule(self._session_timeout_ms(group.group_id), expire)
         group.timers[member_id] = task
