@@ -29,6 +29,8 @@ KPLANE_OWN = {
     # Kafka's ACL authorizer reads these beside KafkaConfig; they are not in its table.
     "super.users",
     "allow.everyone.if.no.acl.found",
+    # Kafka 4.1's ShareGroupConfig (KIP-932), after 3.9's table.
+    "group.share.max.share.sessions",
 }
 """Broker configs kplane has that Kafka's table does not, besides ``kplane.*``."""
 

@@ -123,7 +123,7 @@ def test_the_stored_form_keeps_progress_and_gives_acquired_records_back() -> Non
 
 
 def test_share_sessions_check_epochs() -> None:
-    cache = ShareSessionCache(max_sessions=1, clock=lambda: 0.0)
+    cache = ShareSessionCache(max_sessions=1)
     tp = TopicPartition("t", 0)
     session = cache.open("g", "m", [tp])
     assert session.epoch == 1
@@ -138,19 +138,3 @@ def test_share_sessions_check_epochs() -> None:
         cache.open("g", "other", [])
     assert full.value.code == ErrorCode.share_session_limit_reached
     assert cache.close("g", "m") is session
-
-
-def test_a_full_cache_evicts_the_least_recently_used_idle_session() -> None:
-    now = [0.0]
-    cache = ShareSessionCache(max_sessions=2, eviction_ms=1000, clock=lambda: now[0])
-    cache.open("g", "a", [])
-    cache.open("g", "b", [])
-    now[0] = 900
-    cache.next("g", "a", 1)  # a was used last
-    now[0] = 1500
-    cache.open("g", "c", [])  # b, idle 1500 ms, makes room
-    assert cache.get("g", "b") is None and cache.get("g", "a") is not None
-    now[0] = 1600
-    with pytest.raises(KafkaError) as full:  # a, the least recently used, idle 700 ms
-        cache.open("g", "d", [])
-    assert full.value.code == ErrorCode.share_session_limit_reached

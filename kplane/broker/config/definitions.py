@@ -550,6 +550,10 @@ _DECLARED: tuple[ActedOn | ConfigDef, ...] = (
             "Records in flight (past the share-partition start offset) per share partition; "
             "a fetch acquires no new records beyond it.",
             kafka_4_default="2000"),
+    ConfigDef("group.share.max.share.sessions", T.INT, 2000,
+              "Share sessions this broker holds (Kafka 4.1): a ShareFetch opening one more "
+              "is refused with SHARE_SESSION_LIMIT_REACHED; none is evicted.", M, RO,
+              at_least(1)),
     ActedOn("group.coordinator.rebalance.protocols",
             "Group protocols served (Kafka 4's default): classic always; consumer serves "
             "KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe (not advertised "

@@ -301,7 +301,9 @@ class KafkaServer:
         )
         if restored:
             log.info("share groups with stored state registered", groups=restored)
-        self.share_sessions = ShareSessionCache()
+        self.share_sessions = ShareSessionCache(
+            self.config.get_int("group.share.max.share.sessions")
+        )
 
         def member_fenced(group_id: str, member_id: str) -> None:
             self.share_sessions.close(group_id, member_id)

@@ -3,19 +3,18 @@
 A member opens a session with epoch 0 (a full request naming its partitions), then each
 request names the next epoch and only the partitions it adds or forgets; epoch -1 closes
 it. A missing session is SHARE_SESSION_NOT_FOUND, a wrong epoch
-INVALID_SHARE_SESSION_EPOCH. The cache holds Kafka's default number of sessions
-(group.share.max.groups x group.share.max.size, 10 x 200); when full, a new session takes
-the place of the least recently used one if that was idle for two minutes (Kafka's
-eviction), else it is SHARE_SESSION_LIMIT_REACHED. A session belongs to the connection that
-opened it: when that connection closes, the session goes (Kafka 4.1's ShareSessionCache
-connection-disconnect listener).
+INVALID_SHARE_SESSION_EPOCH. The cache holds at most ``group.share.max.share.sessions``
+(2,000) sessions; when full, a new session is refused with SHARE_SESSION_LIMIT_REACHED and
+none is evicted (Kafka 4.1's ShareSessionCache: an evicted session's member would hold its
+records until their locks expired). A session goes only when its member closes it (epoch
+-1), its member is fenced, or the connection that opened it closes (Kafka 4.1's
+connection-disconnect listener); whoever removes it gives its member's records back.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kplane.broker.log.partition import TopicPartition
@@ -23,7 +22,8 @@ from kplane.protocol.errors import ErrorCode, KafkaError
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
-EVICTION_MS = 120_000
+MAX_SHARE_SESSIONS = 2000
+"""Kafka's default group.share.max.share.sessions."""
 
 
 @dataclass(eq=False)
@@ -34,7 +34,6 @@ class ShareSession:
     """The epoch the next request must name."""
     partitions: dict[TopicPartition, None] = field(default_factory=dict)
     """The session's partitions, in the order they were added."""
-    last_used_ms: float = 0.0
     connection_id: str = ""
     """The connection that opened the session."""
 
@@ -42,20 +41,12 @@ class ShareSession:
 class ShareSessionCache:
     """Sessions by (group id, member id), at most ``max_sessions`` of them."""
 
-    def __init__(
-        self,
-        max_sessions: int = 2000,
-        eviction_ms: float = EVICTION_MS,
-        clock: Callable[[], float] = lambda: time.monotonic() * 1000.0,
-    ) -> None:
+    def __init__(self, max_sessions: int = MAX_SHARE_SESSIONS) -> None:
         self._sessions: dict[tuple[str, str], ShareSession] = {}
-        """By key, the least recently used first."""
         self._by_connection: dict[str, set[tuple[str, str]]] = {}
         """The keys of the sessions each connection opened, until it closes."""
         self._lock = threading.Lock()
         self.max_sessions = max_sessions
-        self._eviction_ms = eviction_ms
-        self._clock = clock
 
     def open(
         self,
@@ -65,24 +56,20 @@ class ShareSessionCache:
         connection_id: str = "",
     ) -> ShareSession:
         """A new session (epoch 0) opened on ``connection_id``, replacing the member's old
-        one; SHARE_SESSION_LIMIT_REACHED when the cache is full."""
+        one (its records stay the member's); SHARE_SESSION_LIMIT_REACHED when the cache
+        is full."""
         key = (group_id, member_id)
-        now = self._clock()
         with self._lock:
             self._sessions.pop(key, None)
             if len(self._sessions) >= self.max_sessions:
-                oldest_key, oldest = next(iter(self._sessions.items()))
-                if now - oldest.last_used_ms <= self._eviction_ms:
-                    raise KafkaError(
-                        ErrorCode.share_session_limit_reached,
-                        f"The limit of {self.max_sessions} share sessions has been reached.",
-                    )
-                del self._sessions[oldest_key]
+                raise KafkaError(
+                    ErrorCode.share_session_limit_reached,
+                    f"The limit of {self.max_sessions} share sessions has been reached.",
+                )
             session = self._sessions[key] = ShareSession(
                 group_id,
                 member_id,
                 partitions=dict.fromkeys(partitions),
-                last_used_ms=now,
                 connection_id=connection_id,
             )
             self._by_connection.setdefault(connection_id, set()).add(key)
@@ -96,7 +83,7 @@ class ShareSessionCache:
 
     def connection_closed(self, connection_id: str) -> list[ShareSession]:
         """``connection_id`` closed: remove the sessions opened on it still here (not
-        closed, evicted or opened again elsewhere since) and return them."""
+        closed or opened again elsewhere since) and return them."""
         with self._lock:
             keys = self._by_connection.pop(connection_id, ())
             gone = [
@@ -121,9 +108,6 @@ class ShareSessionCache:
                     f"Share session epoch {epoch} is not the expected {session.epoch}.",
                 )
             session.epoch += 1
-            session.last_used_ms = self._clock()
-            del self._sessions[(group_id, member_id)]  # now the most recently used
-            self._sessions[(group_id, member_id)] = session
             return session
 
     def close(self, group_id: str, member_id: str) -> ShareSession | None:
