@@ -42,12 +42,12 @@ def _topic_led_by(cluster: KafkaCluster, topic: str, broker_id: int) -> None:
     admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[broker_id]])])[
         topic
     ].result(15)
-    for b in cluster.brokers:
-        wait_until(
-            lambda b=b: (p := b.partitions(topic).get(0)) is not None and p.leader == broker_id,
-            30,
-            f"{topic}-0 led by broker {broker_id}",
-        )
+
+    def led() -> bool:
+        found = [b.partitions(topic).get(0) for b in cluster.brokers]
+        return all(p is not None and p.leader == broker_id for p in found)
+
+    wait_until(led, 30, f"{topic}-0 led by broker {broker_id}")
 
 
 def _read(broker: RunningBroker, group: str, topic: str, want: int) -> list[int]:
