@@ -200,3 +200,21 @@ def test_nothing_to_acquire_answers_no_records(broker: Broker) -> None:
     assert decoded(share_fetch(broker, apis, member, 0, 10)).records == b"".join(stored(broker))
     again = decoded(share_fetch(broker, apis, member, 1, 10))
     assert not again.records and again.acquired_records == ()
+
+
+def test_headers_read_across_chunks_and_pieces(broker: Broker) -> None:
+    """Small batches many to a read, large ones past it, in any order: every header found,
+    the records exact."""
+    sizes = [1, 9000, *([1] * 60), 5000, 1, 20000, *([2] * 30)]
+    for i, size in enumerate(sizes):
+        broker.produce({0: batch(bytes([i % 256]) * size)})
+    batches = stored(broker)
+    apis = share_fetch_apis(broker)
+    first = decoded(share_fetch(broker, apis, str(uuid.uuid4()), 0, 40))
+    assert first.records == b"".join(batches[:40])
+    assert [(a.first_offset, a.last_offset) for a in first.acquired_records] == [(0, 39)]
+    rest = decoded(share_fetch(broker, apis, str(uuid.uuid4()), 0, 1000))
+    assert rest.records == b"".join(batches[40:])
+    assert [(a.first_offset, a.last_offset) for a in rest.acquired_records] == [
+        (40, len(sizes) - 1)
+    ]

@@ -576,12 +576,16 @@ _STORED_HEADER = struct.Struct(">qiibIhiqqqhii")
 """A stored batch's fixed header, read without its records (the layout of
 :class:`~kplane.protocol.records.BatchHeader`'s fields)."""
 _MAGIC_V2 = 2
+_HEADER_CHUNK = 4096
+"""Bytes read at once for batch headers, the headers of several small batches in one read
+(after a batch larger than this, only the next header)."""
 
 
 class _LogRead:
     """The pieces of a log read laid end to end (whole batches, the last maybe cut short):
-    their batches' headers, each read from its own 61 bytes, and byte ranges handed out as
-    pieces of the same stored bytes or files. No record is read or copied."""
+    their batches' headers, read a few KiB at a time, and byte ranges handed out as pieces
+    of the same stored bytes or files. Nothing of the records is kept or copied into the
+    answer."""
 
     __slots__ = ("pieces", "size", "starts")
 
@@ -613,11 +617,14 @@ class _LogRead:
         CORRUPT_MESSAGE for a header the log should never have stored."""
         headers: list[BatchHeader] = []
         position = 0
+        chunk, chunk_at, want = b"", 0, _HEADER_CHUNK
         while position + BATCH_HEADER_SIZE <= self.size:
-            head = self._read(position, BATCH_HEADER_SIZE)
-            if len(head) < BATCH_HEADER_SIZE:
-                break  # a file cut under the read
-            base, length, epoch, magic, *rest = _STORED_HEADER.unpack(head)
+            at = position - chunk_at
+            if at + BATCH_HEADER_SIZE > len(chunk):
+                chunk, chunk_at, at = self._read(position, want), position, 0
+                if len(chunk) < BATCH_HEADER_SIZE:
+                    break  # a file cut under the read
+            base, length, epoch, magic, *rest = _STORED_HEADER.unpack_from(chunk, at)
             if magic != _MAGIC_V2 or length < MIN_BATCH_LENGTH:
                 raise KafkaError(
                     ErrorCode.corrupt_message,
@@ -628,6 +635,7 @@ class _LogRead:
                 break  # the read ends within this batch
             headers.append(BatchHeader(position, size, base, epoch, magic, *rest))
             position += size
+            want = BATCH_HEADER_SIZE if size > _HEADER_CHUNK else _HEADER_CHUNK
         return headers
 
     def cut(self, start: int, end: int) -> list[Transferable]:
