@@ -221,14 +221,21 @@ class SharePartitionManager:
                 ErrorCode.coordinator_load_in_progress, f"share state unreadable: {exc}"
             ) from exc
         with self._lock:
-            gone = [k for k, e in self._epochs.items() if k[0] == group_id and e != current]
+            gone = [
+                (k, self._partitions[k])
+                for k, e in self._epochs.items()
+                if k[0] == group_id and e != current and k in self._partitions
+            ]
         self._fence(gone)
 
-    def _fence(self, keys: Iterable[tuple[str, TopicPartition]]) -> None:
-        """Drop share partitions whose state epoch moved on."""
+    def _fence(self, gone: Iterable[tuple[tuple[str, TopicPartition], SharePartition]]) -> None:
+        """Drop share partitions whose state epoch moved on (each only while it is still
+        the one here, not one loaded again since)."""
         with self._lock:
-            for key in keys:
-                self._partitions.pop(key, None)
+            for key, sp in gone:
+                if self._partitions.get(key) is not sp:
+                    continue
+                del self._partitions[key]
                 self._epochs.pop(key, None)
                 log.info(
                     "share partition fenced: its state epoch moved on, it is loaded again",
@@ -531,7 +538,8 @@ class SharePartitionManager:
         of those the store has no document of yet; a fetch alone changes nothing that
         cannot be found again: locks that expired, archived control records and aborted
         transactions, a log start that moved, which go with the next write). Returns the
-        share partitions fenced (their state epoch moved on: not written, dropped)."""
+        share partitions whose changes were not written because their state epoch moved
+        on (fenced: dropped, to be loaded again)."""
         if self._store is None:
             return []
         fenced: list[tuple[str, TopicPartition]] = []
@@ -542,8 +550,11 @@ class SharePartitionManager:
             for key, sp in touched:
                 with self._lock:
                     epoch = self._epochs.get(key)
-                    if epoch is None or self._partitions.get(key) is not sp:
-                        continue  # dropped meanwhile: loaded again when next used
+                    here = self._partitions.get(key) is sp
+                if epoch is None or not here:  # fenced meanwhile: its changes are not written
+                    if sp.dirty and not (new_only and sp.stored):
+                        fenced.append(key)
+                    continue
                 with sp.lock:
                     if sp.dirty and not (new_only and sp.stored):
                         docs[key] = sp.to_json()
@@ -551,6 +562,7 @@ class SharePartitionManager:
                         if not sp.stored:
                             new.add(key)
                         sp.dirty, sp.stored = False, True
+            written = dict(touched)
             while docs:
                 try:
                     self._store.write(docs, epochs, new)
@@ -560,6 +572,7 @@ class SharePartitionManager:
                     for key in gone:
                         del docs[key]
                     fenced += gone
+                    self._fence((key, written[key]) for key in gone)
                     with self._lock:
                         self._stale.add(exc.group_id)
                 except StoreError as exc:
@@ -568,7 +581,6 @@ class SharePartitionManager:
                             sp.dirty, sp.stored = True, key not in new
                     self._not_written.record(error=str(exc))
                     break
-        self._fence(fenced)
         return fenced
 
 
