@@ -98,13 +98,14 @@ Buffer: TypeAlias = bytes | bytearray | memoryview
 # Layout constants
 # ---------------------------------------------------------------------------
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
+BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+"""A batch's fixed header: the fields of :class:`BatchHeader` from baseOffset on."""
 _INT8 = struct.Struct(">b")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
 _INT64 = struct.Struct(">q")
 
-BATCH_HEADER_SIZE = _HEADER.size  # 61
+BATCH_HEADER_SIZE = BATCH_HEADER.size  # 61
 """Size of the fixed batch header, from baseOffset up to and including recordsCount."""
 LOG_OVERHEAD = 12
 """baseOffset + batchLength: the bytes not counted by batchLength."""
@@ -338,7 +339,7 @@ def _parse_batch_header(
         producer_epoch,
         base_sequence,
         record_count,
-    ) = _HEADER.unpack_from(view, pos)
+    ) = BATCH_HEADER.unpack_from(view, pos)
     if verify_crc:
         computed = _crc32c.crc32c(view[pos + _ATTRIBUTES_POS : pos + size])
         if computed != crc:
@@ -689,7 +690,7 @@ def _seal_batch(
     if len(batch) - LOG_OVERHEAD > _INT32_MAX:
         raise ValueError(f"batch too large: {len(batch)} bytes")
     try:
-        _HEADER.pack_into(
+        BATCH_HEADER.pack_into(
             batch,
             0,
             base_offset,
@@ -1033,9 +1034,7 @@ def parse_end_txn_marker(key: bytes | None, value: bytes | None) -> EndTxnMarker
     if control_type not in (CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT):
         return None
     if value is None or len(value) < _END_TXN_VALUE.size:
-        raise InvalidRecordError(
-            ErrorCode.corrupt_message, "transaction marker value is too short"
-        )
+        raise InvalidRecordError(ErrorCode.corrupt_message, "transaction marker value is too short")
     value_version, coordinator_epoch = _END_TXN_VALUE.unpack_from(value)
     if value_version < 0:
         raise InvalidRecordError(

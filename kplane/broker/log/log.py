@@ -8,7 +8,6 @@ completed (see :mod:`broker.log.transaction_index`).
 from __future__ import annotations
 
 import bisect
-import itertools
 import struct
 import threading
 from abc import ABC, abstractmethod
@@ -21,7 +20,7 @@ import structlog
 from kplane.broker.log.leader_epoch_cache import LeaderEpochCache
 from kplane.broker.log.producer_state import CompletedTxn, ProducerStateManager
 from kplane.broker.log.transaction_index import AbortedTxn, TransactionIndex
-from kplane.broker.utils.file_region import FileRegion, Transferable
+from kplane.broker.utils.file_region import PiecesEndToEnd, Transferable
 from kplane.protocol.errors import ErrorCode, KafkaError
 from kplane.protocol.records import (
     LOG_OVERHEAD,
@@ -109,13 +108,13 @@ def first_at_or_after(
 def next_offset_after(pieces: Sequence[Transferable]) -> int | None:
     """The offset after the last whole batch in ``pieces`` (batches laid end to end, cut
     anywhere, as :meth:`Log.read` returns them); None when they hold no whole batch."""
-    starts = list(itertools.accumulate((len(p) for p in pieces), initial=0))
-    total = starts.pop()
+    laid = PiecesEndToEnd(pieces)
+    total = laid.size
     head_size = _LAST_OFFSET_DELTA_POS + _LAST_OFFSET_DELTA.size
     position = 0
     found = None
     while position + head_size <= total:
-        head = _read_across(pieces, starts, position, head_size)
+        head = laid.read(position, head_size)
         if len(head) < head_size:
             break  # a file region cut under the read
         base, length = _PEEK.unpack_from(head)
@@ -126,27 +125,6 @@ def next_offset_after(pieces: Sequence[Transferable]) -> int | None:
         found = base + delta + 1
         position += size
     return found
-
-
-def _read_across(
-    pieces: Sequence[Transferable], starts: list[int], position: int, size: int
-) -> bytes:
-    """``size`` bytes from ``position`` of the pieces laid end to end (``starts``: where
-    each begins); fewer when a file region was cut short."""
-    index = bisect.bisect_right(starts, position) - 1
-    out = bytearray()
-    while len(out) < size and index < len(pieces):
-        piece, offset = pieces[index], position + len(out) - starts[index]
-        want = min(size - len(out), len(piece) - offset)
-        if isinstance(piece, FileRegion):
-            chunk = piece.pread(offset, want)
-            out += chunk
-            if len(chunk) < want:
-                break
-        else:
-            out += memoryview(piece).cast("B")[offset : offset + want]
-        index += 1
-    return bytes(out)
 
 
 def latest_of_max(records: Iterable[Record]) -> tuple[int, int] | None:
@@ -519,6 +497,4 @@ class MemoryLog(Log):
         count = len(cols.lasts)
         if count == 0:
             return None
-        return latest_of_max(
-            self._records(cols, max(range(count), key=cols.max_ts.__getitem__))
-        )
+        return latest_of_max(self._records(cols, max(range(count), key=cols.max_ts.__getitem__)))

@@ -21,10 +21,7 @@ alteration.
 
 from __future__ import annotations
 
-import bisect
 import datetime
-import itertools
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -50,10 +47,16 @@ from kplane.broker.share.share_state_store import (
     ShareStateStore,
     StateEpoch,
 )
-from kplane.broker.utils.file_region import FileRegion, Transferable
+from kplane.broker.utils.file_region import PiecesEndToEnd, Transferable
 from kplane.broker.utils.interval_log import IntervalWarning
 from kplane.protocol.errors import ErrorCode, KafkaError
-from kplane.protocol.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader
+from kplane.protocol.records import (
+    BATCH_HEADER,
+    BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -584,45 +587,18 @@ class SharePartitionManager:
         return fenced
 
 
-_STORED_HEADER = struct.Struct(">qiibIhiqqqhii")
-"""A stored batch's fixed header, read without its records (the layout of
-:class:`~kplane.protocol.records.BatchHeader`'s fields)."""
 _MAGIC_V2 = 2
 _HEADER_CHUNK = 4096
 """Bytes read at once for batch headers, the headers of several small batches in one read
 (after a batch larger than this, only the next header)."""
 
 
-class _LogRead:
-    """The pieces of a log read laid end to end (whole batches, the last maybe cut short):
-    their batches' headers, read a few KiB at a time, and byte ranges handed out as pieces
-    of the same stored bytes or files. Nothing of the records is kept or copied into the
-    answer."""
+class _LogRead(PiecesEndToEnd):
+    """A log read whose batches' headers are read a few KiB at a time; its byte ranges
+    are handed out as pieces of the same stored bytes or files. Nothing of the records is
+    kept or copied into the answer."""
 
-    __slots__ = ("pieces", "size", "starts")
-
-    def __init__(self, pieces: Sequence[Transferable]) -> None:
-        self.pieces = pieces
-        self.starts = list(itertools.accumulate((len(p) for p in pieces), initial=0))
-        self.size = self.starts.pop()
-
-    def _read(self, position: int, size: int) -> bytes:
-        """``size`` bytes from ``position`` (fewer at the end, or where a file was cut)."""
-        index = bisect.bisect_right(self.starts, position) - 1
-        out = bytearray()
-        while len(out) < size and index < len(self.pieces):
-            piece = self.pieces[index]
-            offset = position + len(out) - self.starts[index]
-            want = min(size - len(out), len(piece) - offset)
-            if isinstance(piece, FileRegion):
-                chunk = piece.pread(offset, want)
-                out += chunk
-                if len(chunk) < want:
-                    break
-            else:
-                out += memoryview(piece).cast("B")[offset : offset + want]
-            index += 1
-        return bytes(out)
+    __slots__ = ()
 
     def batch_headers(self) -> list[BatchHeader]:
         """The whole batches' headers, positions from the first piece's start; KafkaError
@@ -633,10 +609,10 @@ class _LogRead:
         while position + BATCH_HEADER_SIZE <= self.size:
             at = position - chunk_at
             if at + BATCH_HEADER_SIZE > len(chunk):
-                chunk, chunk_at, at = self._read(position, want), position, 0
+                chunk, chunk_at, at = self.read(position, want), position, 0
                 if len(chunk) < BATCH_HEADER_SIZE:
                     break  # a file cut under the read
-            base, length, epoch, magic, *rest = _STORED_HEADER.unpack_from(chunk, at)
+            base, length, epoch, magic, *rest = BATCH_HEADER.unpack_from(chunk, at)
             if magic != _MAGIC_V2 or length < MIN_BATCH_LENGTH:
                 raise KafkaError(
                     ErrorCode.corrupt_message,
@@ -649,22 +625,6 @@ class _LogRead:
             position += size
             want = BATCH_HEADER_SIZE if size > _HEADER_CHUNK else _HEADER_CHUNK
         return headers
-
-    def cut(self, start: int, end: int) -> list[Transferable]:
-        """Bytes ``start`` to ``end`` as pieces of the same bytes or files."""
-        out: list[Transferable] = []
-        index = bisect.bisect_right(self.starts, start) - 1
-        while index < len(self.pieces) and self.starts[index] < end:
-            piece, at = self.pieces[index], self.starts[index]
-            lo, hi = max(start - at, 0), min(end - at, len(piece))
-            if lo == 0 and hi == len(piece):
-                out.append(piece)
-            elif isinstance(piece, FileRegion):
-                out.append(FileRegion(piece.file, piece.position + lo, hi - lo))
-            else:
-                out.append(memoryview(piece).cast("B")[lo:hi])
-            index += 1
-        return out
 
 
 def _aborted_check(aborted: list[AbortedTxn] | None) -> Callable[[BatchHeader], bool]:

@@ -8,9 +8,11 @@ bytes with :func:`iter_bytes` as it writes.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 READ_PIECE_BYTES = 1 << 20
 """A region is read in pieces of at most this size: glibc serves a buffer this large from
@@ -93,3 +95,49 @@ def iter_bytes(pieces: Iterable[Transferable]) -> Iterator[bytes | memoryview]:
 def materialize(pieces: Iterable[Transferable]) -> list[bytes | memoryview]:
     """The pieces with every file region read into bytes."""
     return list(iter_bytes(pieces))
+
+
+class PiecesEndToEnd:
+    """Pieces laid end to end (a log read: whole batches, the last maybe cut short), read
+    at a position and cut into ranges that are pieces of the same bytes or files."""
+
+    __slots__ = ("pieces", "size", "starts")
+
+    def __init__(self, pieces: Sequence[Transferable]) -> None:
+        self.pieces = pieces
+        self.starts = list(itertools.accumulate((len(p) for p in pieces), initial=0))
+        self.size = self.starts.pop()
+
+    def read(self, position: int, size: int) -> bytes:
+        """``size`` bytes from ``position`` (fewer at the end, or where a file was cut)."""
+        index = bisect.bisect_right(self.starts, position) - 1
+        out = bytearray()
+        while len(out) < size and index < len(self.pieces):
+            piece = self.pieces[index]
+            offset = position + len(out) - self.starts[index]
+            want = min(size - len(out), len(piece) - offset)
+            if isinstance(piece, FileRegion):
+                chunk = piece.pread(offset, want)
+                out += chunk
+                if len(chunk) < want:
+                    break
+            else:
+                out += memoryview(piece).cast("B")[offset : offset + want]
+            index += 1
+        return bytes(out)
+
+    def cut(self, start: int, end: int) -> list[Transferable]:
+        """Bytes ``start`` to ``end`` as pieces of the same bytes or files."""
+        out: list[Transferable] = []
+        index = bisect.bisect_right(self.starts, start) - 1
+        while index < len(self.pieces) and self.starts[index] < end:
+            piece, at = self.pieces[index], self.starts[index]
+            lo, hi = max(start - at, 0), min(end - at, len(piece))
+            if lo == 0 and hi == len(piece):
+                out.append(piece)
+            elif isinstance(piece, FileRegion):
+                out.append(FileRegion(piece.file, piece.position + lo, hi - lo))
+            else:
+                out.append(memoryview(piece).cast("B")[lo:hi])
+            index += 1
+        return out
