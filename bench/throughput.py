@@ -22,7 +22,10 @@ loopback TCP (TLS for ``kplane-tls``). Per target:
   (batch.size 1 MiB, linger.ms 5), timed from the first produce() to the end of
   flush() with every delivery report in;
 * consume back the 1 KiB acks=1 run from offset 0 (partition assigned, no group
-  membership) and check the count;
+  membership) and check the count; the consumer asks for ``--consume-partition-bytes``
+  a fetch (librdkafka's default ``max.partition.fetch.bytes``, 1 MiB: with 50 MiB,
+  librdkafka's read of a 50 MiB answer, which a Kafka broker gives, ran at 250 or
+  750 MB/s from one run to the next, while Tansu answers about 6 MiB whatever is asked);
 * produce latency at a fixed rate (default 5,000 records/s of 1 KiB, acks=1,
   linger.ms 0), from produce() to the delivery callback: p50 / p99;
 * the broker's peak RSS (VmHWM) and CPU seconds (subprocess targets only).
@@ -334,6 +337,7 @@ class Bench:
         """
         from confluent_kafka import Consumer, TopicPartition
 
+        fetch_bytes = max(52_428_800, self.args.consume_partition_bytes)
         c = Consumer(
             self.conf(
                 "consume",
@@ -342,9 +346,9 @@ class Bench:
                     "enable.auto.commit": False,
                     "enable.auto.offset.store": False,
                     "auto.offset.reset": "error",
-                    "fetch.max.bytes": 52_428_800,
-                    "max.partition.fetch.bytes": 52_428_800,
-                    "receive.message.max.bytes": 104_857_600,
+                    "fetch.max.bytes": fetch_bytes,
+                    "max.partition.fetch.bytes": self.args.consume_partition_bytes,
+                    "receive.message.max.bytes": 2 * fetch_bytes,
                     "fetch.wait.max.ms": 10,
                     "queued.max.messages.kbytes": 262_144,
                 },
@@ -1094,6 +1098,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="seconds flush() may take after the last produce (default 30)",
     )
     ap.add_argument(
+        "--consume-partition-bytes",
+        type=int,
+        default=1_048_576,
+        help="the consumer's max.partition.fetch.bytes (default 1 MiB, librdkafka's)",
+    )
+    ap.add_argument(
         "--idle-timeout",
         type=float,
         default=10.0,
@@ -1180,6 +1190,7 @@ def main(argv: list[str] | None = None) -> int:
             "quick": args.quick,
             "records_1k": args.records_1k,
             "records_100b": args.records_100b,
+            "consume_partition_bytes": args.consume_partition_bytes,
             "repeat": args.repeat,
             "latency_repeat": args.latency_repeat,
             "interleave": args.interleave,
