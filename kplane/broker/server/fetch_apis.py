@@ -26,6 +26,7 @@ from kplane.broker.server.replica_manager import (
     ReplicaManager,
     fetchable_end,
 )
+from kplane.broker.server.replication_quota import ReplicationQuota
 from kplane.broker.utils.file_region import Transferable
 from kplane.broker.utils.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kplane.common.acl import AclOperation, AclResourceType
@@ -247,16 +248,13 @@ class FetchApis:
         isolation_level = _isolation_level(ctx)
         first_data = True
         replica_id = req.replica_id if isolation_level == FETCH_LOG_END else -1
-        quota = self.replica_manager.leader_quota if replica_id >= 0 else None
         reads = []
         for spec in specs:
             if spec.tp is None:
                 result = ReadResult(spec.error)
             else:
-                throttled = quota is not None and self.replica_manager.throttled_follower(
-                    spec.tp, replica_id
-                )
-                held_back = throttled and quota is not None and quota.is_quota_exceeded()
+                quota = self._follower_quota(spec.tp, replica_id)
+                held_back = quota is not None and quota.is_quota_exceeded()
                 result = self.replica_manager.read(
                     spec.tp,
                     spec.offset,
@@ -265,7 +263,7 @@ class FetchApis:
                     isolation_level,
                     spec.current_leader_epoch,
                 )
-                if throttled and quota is not None and result.size:
+                if quota is not None and result.size:
                     quota.record(result.size)
             size = result.size
             if size:
@@ -307,12 +305,16 @@ class FetchApis:
         (KIP-73), and a waiting fetch does not count them."""
         if _isolation_level(ctx) != FETCH_LOG_END:
             return False
+        quota = self._follower_quota(tp, ctx.body.replica_id)
+        return quota is not None and quota.is_quota_exceeded()
+
+    def _follower_quota(self, tp: TopicPartition, replica_id: int) -> ReplicationQuota | None:
+        """The leader's replication quota when ``replica_id`` (-1: a consumer) is a
+        throttled follower of ``tp`` (KIP-73), else None."""
         quota = self.replica_manager.leader_quota
-        return (
-            quota is not None
-            and self.replica_manager.throttled_follower(tp, ctx.body.replica_id)
-            and quota.is_quota_exceeded()
-        )
+        if quota is None or replica_id < 0:
+            return None
+        return quota if self.replica_manager.throttled_follower(tp, replica_id) else None
 
     # ListOffsets ---------------------------------------------------------------------
     def handle_list_offsets(self, ctx: RequestContext) -> None:
