@@ -44,7 +44,13 @@ from kplane.common.network.connection import BrokerConnectionError
 from kplane.protocol import api
 from kplane.protocol.api_keys import ApiKey
 from kplane.protocol.errors import ErrorCode, KafkaError
-from kplane.protocol.records import Record, end_txn_marker, iter_records, read_partial_batches
+from kplane.protocol.records import (
+    BatchHeader,
+    Record,
+    end_txn_marker,
+    iter_records,
+    read_partial_batches,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -100,6 +106,8 @@ class ConsumerRecord:
     headers: tuple[tuple[str, bytes | None], ...]
     timestamp_type: int = 0
     """0: CreateTime (the producer's), 1: LogAppendTime (the broker's)."""
+    delivery_count: int | None = None
+    """How often a share group has delivered the record (a share consumer's; else None)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -702,26 +710,42 @@ class Consumer:
             next_offset = header.next_offset
             if skip:
                 continue
-            decoded: Iterable[Record] = iter_records(
-                view[header.position : header.position + header.size]
-            )
-            if header.base_offset < position:
-                decoded = [r for r in decoded if r.offset >= position]
-            timestamp_type = 1 if header.log_append_time else 0
-            records.extend(
-                ConsumerRecord(
-                    topic,
-                    partition,
-                    r.offset,
-                    r.timestamp or 0,
-                    r.key,
-                    r.value,
-                    r.headers,
-                    timestamp_type,
-                )
-                for r in decoded
-            )
+            records.extend(batch_records(topic, partition, view, header, position))
         if records:
             self._fetched[tp] = _Fetched(records, 0, next_offset)
         elif next_offset > position:
             self._positions[tp] = next_offset  # only markers or aborted batches: step over
+
+
+def batch_records(
+    topic: str,
+    partition: int,
+    data: memoryview,
+    header: BatchHeader,
+    first_offset: int = 0,
+    last_offset: int | None = None,
+    delivery_count: int | None = None,
+) -> Iterable[ConsumerRecord]:
+    """The records of the batch ``header`` locates in ``data`` from ``first_offset`` to
+    ``last_offset`` (inclusive; None: to its end)."""
+    decoded: Iterable[Record] = iter_records(data[header.position : header.position + header.size])
+    if header.base_offset < first_offset or (
+        last_offset is not None and header.last_offset > last_offset
+    ):
+        end = header.last_offset if last_offset is None else last_offset
+        decoded = [r for r in decoded if first_offset <= r.offset <= end]
+    timestamp_type = 1 if header.log_append_time else 0
+    return [
+        ConsumerRecord(
+            topic,
+            partition,
+            r.offset,
+            r.timestamp or 0,
+            r.key,
+            r.value,
+            r.headers,
+            timestamp_type,
+            delivery_count,
+        )
+        for r in decoded
+    ]

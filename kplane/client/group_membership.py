@@ -36,8 +36,23 @@ TopicPartition = tuple[str, int]
 LEAVE_GROUP = -1
 LEAVE_GROUP_STATIC = -2
 _OFFSET_COMMIT_VERSION = 9  # member epochs, topics by name
-_FENCED = (ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id)
-_COORDINATOR_MOVED = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available)
+FENCED = (ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id)
+COORDINATOR_MOVED = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available)
+
+
+async def named_assignment(
+    client: KafkaClient, topics: Iterable[str], topic_partitions: Iterable[Any]
+) -> frozenset[TopicPartition]:
+    """A heartbeat's assignment (topic ids) by topic name; the metadata of ``topics`` is
+    refreshed when an id is not known."""
+    wanted = [(t.topic_id, tuple(t.partitions)) for t in topic_partitions]
+    names = {v: k for k, v in client.cluster.topic_ids.items()}
+    if any(topic_id not in names for topic_id, _ in wanted):
+        await client.refresh_metadata(topics, allow_auto_create=False)
+        names = {v: k for k, v in client.cluster.topic_ids.items()}
+    return frozenset(
+        (names[topic_id], int(p)) for topic_id, parts in wanted if topic_id in names for p in parts
+    )
 
 
 class Reader(Protocol):
@@ -173,9 +188,9 @@ class ConsumerMembership:
         """One heartbeat; the milliseconds until the next."""
         response = await self._send(self.member_epoch, self._full)
         code = ErrorCode(response.error_code)
-        if code in _COORDINATOR_MOVED:
+        if code in COORDINATOR_MOVED:
             raise KafkaError(code, response.error_message)
-        if code in _FENCED:
+        if code in FENCED:
             log.info("fenced from the group, joining again", group=self.group_id, error=code.name)
             self._lose(self.owned)
             self.member_epoch = 0
@@ -189,25 +204,13 @@ class ConsumerMembership:
         self.member_epoch = int(response.member_epoch)
         interval = response.heartbeat_interval / datetime.timedelta(milliseconds=1)
         if response.assignment is not None:
-            target = await self._named(response.assignment.topic_partitions)
+            target = await named_assignment(
+                self.client, self.topics, response.assignment.topic_partitions
+            )
             if target != self.owned:
                 await self._reconcile(target)
                 return 0  # acknowledge the new assignment at once
         return interval
-
-    async def _named(self, topic_partitions: Iterable[Any]) -> frozenset[TopicPartition]:
-        """The assignment by topic name (the metadata refreshed for ids it does not know)."""
-        wanted = [(t.topic_id, tuple(t.partitions)) for t in topic_partitions]
-        names = {v: k for k, v in self.client.cluster.topic_ids.items()}
-        if any(topic_id not in names for topic_id, _ in wanted):
-            await self.client.refresh_metadata(self.topics, allow_auto_create=False)
-            names = {v: k for k, v in self.client.cluster.topic_ids.items()}
-        return frozenset(
-            (names[topic_id], int(p))
-            for topic_id, parts in wanted
-            if topic_id in names
-            for p in parts
-        )
 
     async def _reconcile(self, target: frozenset[TopicPartition]) -> None:
         revoked = self.owned - target
