@@ -199,9 +199,12 @@ def test_the_share_group_goes_on_at_another_broker_when_its_coordinator_stops(
         assert before.group_epoch == 3
         coordinator.stop()
         wait_until(
-            lambda: {p.leader for p in survivor.partitions(topic).values()} == {survivor.broker_id},
+            lambda: all(
+                p.leader == survivor.broker_id and list(p.isr) == [survivor.broker_id]
+                for p in survivor.partitions(topic).values()
+            ),
             60,
-            "the survivor leading every partition",
+            "the survivor leading every partition, alone in its ISR (acks=all next)",
         )
         later = [f"b{i}".encode() for i in range(10)]
         produce(survivor.bootstrap(), topic, later)

@@ -198,6 +198,10 @@ class KafkaController:
             self._watch_topic(topic)
             self._assign(topic)
         self._elect_offline_partitions()  # leaders that died while nobody was controller
+        # Replicas on brokers that died while nobody was controller leave the ISR, as
+        # Kafka's replica state machine takes them offline at failover.
+        hosted = {r for s in self._states.values() for r in s.replicas}
+        self._remove_from_isr(hosted - set(self._brokers))
         full = list(self._states.values())
         self._send_leader_and_isr(full, full=True)
         self._send_update_metadata(full)
