@@ -131,7 +131,8 @@ class ShareConsumer:
         self._sessions: dict[int, ShareSessionHandler] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._fetched: deque[tuple[_Origin, ConsumerRecord]] = deque()
-        self._delivered: dict[tuple[str, int, int], _Origin] = {}  # the last poll's, unsettled
+        # the last poll's records not yet settled, by (topic, partition, offset)
+        self._delivered: dict[tuple[str, int, int], tuple[_Origin, ConsumerRecord]] = {}
         self._round_task: asyncio.Task[None] | None = None
         self._commits: set[asyncio.Task[AcknowledgementResults]] = set()
         self._metadata_needed = False
@@ -176,13 +177,13 @@ class ShareConsumer:
         if kind is AcknowledgeType.GAP:
             raise ValueError("acknowledge: GAP is not a type a record is settled with")
         key = (record.topic, record.partition, record.offset)
-        origin = self._delivered.pop(key, None)
-        if origin is None:
+        delivered = self._delivered.pop(key, None)
+        if delivered is None:
             raise IllegalStateError(
                 f"{record.topic}-{record.partition}@{record.offset} is not a record of the "
                 "last poll, or it was acknowledged already"
             )
-        self._queue(origin, (record.topic, record.partition), record.offset, kind)
+        self._queue(delivered[0], (record.topic, record.partition), record.offset, kind)
 
     def _queue(
         self, origin: _Origin, tp: TopicPartition, offset: int, kind: AcknowledgeType
@@ -197,7 +198,7 @@ class ShareConsumer:
         """Implicit mode: the last poll's records are accepted."""
         if self.explicit:
             return
-        for (topic, partition, offset), origin in self._delivered.items():
+        for (topic, partition, offset), (origin, _) in self._delivered.items():
             self._queue(origin, (topic, partition), offset, AcknowledgeType.ACCEPT)
         self._delivered.clear()
 
@@ -213,10 +214,20 @@ class ShareConsumer:
         it)."""
         self._check_open()
         self._accept_delivered()
+        return self._commit_in_background()
+
+    def _commit_in_background(self) -> asyncio.Task[AcknowledgementResults]:
         task = asyncio.get_running_loop().create_task(self._commit())
         self._commits.add(task)
-        task.add_done_callback(self._commits.discard)
+        task.add_done_callback(self._committed)
         return task
+
+    def _committed(self, task: asyncio.Task[AcknowledgementResults]) -> None:
+        self._commits.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("acknowledging failed", group=self.group_id, error=str(exc))
+        elif not task.cancelled():
+            self._report(task.result())
 
     async def _commit(self) -> AcknowledgementResults:
         results: AcknowledgementResults = {}
@@ -263,20 +274,21 @@ class ShareConsumer:
     async def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
         """Records acquired for this member, at most ``max.poll.records``; waits up to
         ``timeout_ms`` for some (an empty list when none came). In implicit mode the last
-        poll's records are accepted first; in explicit mode each must have been
-        acknowledged."""
+        poll's records are accepted first; in explicit mode, as Kafka's, those of the last
+        poll not yet acknowledged are returned again instead."""
         self._check_open()
-        if self.explicit and self._delivered:
-            raise IllegalStateError(
-                f"{len(self._delivered)} records of the last poll are not acknowledged "
-                "(share.acknowledgement.mode=explicit)"
-            )
+        if self._delivered and self.explicit:
+            return [record for _, record in self._delivered.values()]
         self._accept_delivered()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0, timeout_ms) / 1000.0
         while True:
             records = self._drain()
             if records:
+                if any(h.pending() for h in self._sessions.values()):
+                    # No ShareFetch goes while records are buffered: the waiting
+                    # acknowledgements go in a ShareAcknowledge (as Kafka's consumer does).
+                    self._commit_in_background()
                 return records
             task = self._round_task
             if task is None:
@@ -298,7 +310,7 @@ class ShareConsumer:
         out: list[ConsumerRecord] = []
         while self._fetched and len(out) < self.max_poll_records:
             origin, record = self._fetched.popleft()
-            self._delivered[(record.topic, record.partition, record.offset)] = origin
+            self._delivered[(record.topic, record.partition, record.offset)] = (origin, record)
             out.append(record)
         return out
 
