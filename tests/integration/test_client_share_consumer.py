@@ -271,3 +271,33 @@ async def test_a_kplane_and_a_confluent_share_consumer_split_the_records(
     assert sorted(everything) == sorted(values), "every record exactly once"
     assert ours and theirs, "both consumers received records"
     assert lags(broker, group) == {(topic, 0): 0, (topic, 1): 0}
+
+
+async def test_a_lost_share_session_is_opened_again_and_every_record_is_read(
+    broker: RunningBroker,
+) -> None:
+    topic, group = "kc-share-lost", "kc-share-lost-group"
+    broker.create_topic(topic, 1)
+    set_group_config(broker, group, share_auto_offset_reset="earliest")
+    values = [f"l{i}".encode() for i in range(300)]
+    seen: set[bytes | None] = set()
+
+    def read(count: int) -> Callable[[list[ConsumerRecord]], bool]:
+        return lambda got: len(seen | {r.value for r in got}) >= count
+
+    async with share_consumer(broker, group, **{"max.poll.records": "50"}) as consumer:
+        consumer.subscribe([topic])
+        await asyncio.to_thread(produce_values, broker, topic, values[:100])
+        seen.update(r.value for r in await poll_until(consumer, read(100)))
+        # the broker forgets the session: the next ShareFetch is refused, the consumer opens
+        # a new one at epoch 0
+        broker.push_request_errors("SHARE_FETCH", "SHARE_SESSION_NOT_FOUND")
+        await asyncio.to_thread(produce_values, broker, topic, values[100:200])
+        seen.update(r.value for r in await poll_until(consumer, read(200)))
+        assert broker.injected_error_count("SHARE_FETCH") == 0
+        # the connection goes, and the session and the records it held with it
+        await asyncio.to_thread(broker.drop_connections)
+        await asyncio.to_thread(produce_values, broker, topic, values[200:])
+        seen.update(r.value for r in await poll_until(consumer, read(300)))
+    assert seen == set(values)
+    assert lags(broker, group) == {(topic, 0): 0}, "every record accepted in the end"
