@@ -22,7 +22,14 @@ from functools import cache
 from typing import Generic, TypeVar
 
 from kplane.protocol.body_scan import write_uvarint
-from kplane.protocol.wire_codec import I32, I64, WireReader, length_prefix, string_field
+from kplane.protocol.wire_codec import (
+    I32,
+    I64,
+    WireReader,
+    length_prefix,
+    string_field,
+    uuid_field,
+)
 
 __all__ = (
     "FetchPartition",
@@ -64,6 +71,8 @@ def _partition_layout(version: int) -> tuple[struct.Struct, Callable[..., FetchP
     if version >= _LOG_START_SINCE:
         return struct.Struct(">iqqi"), lambda p, o, s, m: FetchPartition(p, -1, o, -1, s, m)
     return struct.Struct(">iqi"), lambda p, o, m: FetchPartition(p, -1, o, -1, -1, m)
+
+
 _TOPIC_MIN = 1 + 1  # an empty name (or more) and an empty partition array
 _ABORTED = struct.Struct(">qq")
 
@@ -251,7 +260,7 @@ def encode_fetch_response(
     out += length_prefix(len(topics), flexible)
     for topic in topics:
         if by_id:
-            out += topic.topic_id.bytes if topic.topic_id is not None else bytes(16)
+            out += uuid_field(topic.topic_id)
         else:
             out += string_field(topic.topic, flexible)
         out += length_prefix(len(topic.partitions), flexible)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from kplane.protocol.body_scan import write_uvarint
-from kplane.protocol.wire_codec import I16, I32, length_prefix, string_field
+from kplane.protocol.wire_codec import I16, I32, length_prefix, string_field, uuid_field
 
 __all__ = (
     "ShareFetchPartitionResult",
@@ -55,7 +55,8 @@ class ShareFetchPartitionResult(Generic[P]):
 class ShareFetchTopicResult(Generic[P]):
     """A topic's partition answers."""
 
-    topic_id: uuid.UUID
+    topic_id: uuid.UUID | None
+    """None: the zero UUID (as a request's zero topic id is decoded)."""
     partitions: list[ShareFetchPartitionResult[P]] = field(default_factory=list)
 
 
@@ -77,7 +78,7 @@ def encode_share_fetch_response(
     out += I32.pack(acquisition_lock_timeout_ms)
     out += length_prefix(len(topics), True)
     for topic in topics:
-        out += topic.topic_id.bytes
+        out += uuid_field(topic.topic_id)
         out += length_prefix(len(topic.partitions), True)
         for p in topic.partitions:
             out += _INT32_ERROR.pack(p.partition_index, p.error_code)

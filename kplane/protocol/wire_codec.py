@@ -122,3 +122,8 @@ def string_field(value: str | None, flexible: bool) -> bytes:
         return b"\x00" if flexible else b"\xff\xff"
     data = value.encode()
     return (write_uvarint(len(data) + 1) if flexible else I16.pack(len(data))) + data
+
+
+def uuid_field(value: uuid.UUID | None) -> bytes:
+    """A UUID's 16 bytes; None (how a decoded zero UUID comes) writes the zero UUID."""
+    return value.bytes if value is not None else bytes(16)

@@ -674,6 +674,16 @@ def test_share_sessions_and_acknowledgements_get_kafkas_errors(broker: RunningBr
     )
 
 
+def test_a_share_fetch_of_the_zero_topic_id_gets_unknown_topic_id(broker: RunningBroker) -> None:
+    """The zero UUID (found by bench/fuzz.py) names no topic: answered, not failed."""
+    group, member = "sg-zero-id", str(uuid.uuid4())
+    answer = share_fetch(broker, group, member, None)
+    assert answer.error_code == ErrorCode.none
+    ((topic,),) = [answer.responses]
+    assert topic.topic_id is None  # the zero UUID, decoded
+    assert [p.error_code for p in topic.partitions] == [ErrorCode.unknown_topic_id]
+
+
 def test_a_member_the_group_does_not_know_fetches_through_its_share_session(
     broker: RunningBroker,
 ) -> None:
