@@ -277,6 +277,8 @@ class ShareConsumer:
         poll's records are accepted first; in explicit mode, as Kafka's, those of the last
         poll not yet acknowledged are returned again instead."""
         self._check_open()
+        if not self._membership.topics:
+            raise IllegalStateError("poll: the share consumer is not subscribed to any topics")
         if self._delivered and self.explicit:
             return [record for _, record in self._delivered.values()]
         self._accept_delivered()

@@ -206,6 +206,8 @@ async def test_implicit_mode_close_accepts_the_last_poll(broker: RunningBroker) 
     set_group_config(broker, group, share_auto_offset_reset="earliest")
     produce_values(broker, topic, [f"a{i}".encode() for i in range(10)])
     async with share_consumer(broker, group) as consumer:
+        with pytest.raises(IllegalStateError):
+            await consumer.poll(timeout_ms=0)  # not subscribed
         consumer.subscribe([topic])
         assert len(await poll_until(consumer, lambda got: len(got) >= 10)) == 10
     assert lags(broker, group) == {(topic, 0): 0}
