@@ -8,8 +8,9 @@ this member, each with its ``delivery_count``. Records are settled with acknowle
 - ``acknowledgement_mode="implicit"`` (``share.acknowledgement.mode``, the default): the
   records of a ``poll`` are accepted by the next ``poll``, ``commit_sync``/``commit_async``
   or ``close``;
-- ``"explicit"``: the application calls ``acknowledge(record, AcknowledgeType...)`` for every
-  record of a ``poll`` before the next one (ACCEPT, RELEASE: delivered again, REJECT: never).
+- ``"explicit"``: the application calls ``acknowledge(record, AcknowledgeType...)`` for the
+  records of a ``poll`` (ACCEPT, RELEASE: delivered again, REJECT: never); as in Kafka, a
+  ``poll`` returns those of the last one not yet acknowledged again instead of new ones.
 
 Acknowledgements travel on the next ShareFetch to the record's broker, or in a
 ShareAcknowledge from ``commit_sync``/``commit_async``, whose results they return. ``close``
