@@ -35,6 +35,14 @@ from kio.schema.describe_share_group_offsets.v1.request import (
 )
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.list_groups.v5.request import ListGroupsRequest
+from kio.schema.share_acknowledge.v1.request import (
+    AcknowledgementBatch as AcknowledgeBatch,
+)
+from kio.schema.share_acknowledge.v1.request import (
+    AcknowledgePartition,
+    AcknowledgeTopic,
+    ShareAcknowledgeRequest,
+)
 from kio.schema.share_fetch.v1.request import (
     AcknowledgementBatch,
     FetchPartition,
@@ -682,6 +690,54 @@ def test_a_share_fetch_of_the_zero_topic_id_gets_unknown_topic_id(broker: Runnin
     ((topic,),) = [answer.responses]
     assert topic.topic_id is None  # the zero UUID, decoded
     assert [p.error_code for p in topic.partitions] == [ErrorCode.unknown_topic_id]
+
+
+def test_a_share_acknowledge_adds_no_partition_to_the_share_session(
+    broker: RunningBroker,
+) -> None:
+    """As Kafka's acknowledgeSessionUpdate: a ShareAcknowledge checks and moves the
+    session's epoch; what it names is not fetched for the member afterwards."""
+    topic, group, member = "sg-ack-session", "sg-ack-session-group", str(uuid.uuid4())
+    broker.create_topic(topic, 2)
+    set_group_config(broker, group, share_auto_offset_reset="earliest")
+    for partition in (0, 1):
+        produce_values(broker, topic, [b"x", b"y"], partition=partition)
+    topic_id = wait_until(lambda: broker.topics().get(topic), what="the topic")
+    assert heartbeat(broker, group, member, 0, (topic,)).error_code == ErrorCode.none
+    with broker.wire("PLAINTEXT") as wire:
+        opened = share_fetch(broker, group, member, topic_id, partitions=(0,), wire=wire)
+        assert [p.partition_index for p in opened.responses[0].partitions] == [0]
+        acked = wire.request(
+            ShareAcknowledgeRequest(
+                group_id=GroupId(group),
+                member_id=member,
+                share_session_epoch=i32(1),
+                topics=(
+                    AcknowledgeTopic(
+                        topic_id=topic_id,
+                        partitions=(
+                            AcknowledgePartition(
+                                partition_index=i32(1),
+                                acknowledgement_batches=(
+                                    AcknowledgeBatch(
+                                        first_offset=i64(0),
+                                        last_offset=i64(0),
+                                        acknowledge_types=(i8(1),),
+                                    ),
+                                ),
+                            ),
+                        ),
+                    ),
+                ),
+            )
+        )
+        assert acked.error_code == ErrorCode.none
+        later = share_fetch(broker, group, member, topic_id, epoch=2, partitions=(0,), wire=wire)
+        assert later.error_code == ErrorCode.none
+        fetched_from = {
+            p.partition_index for t in later.responses for p in t.partitions if p.acquired_records
+        }
+        assert 1 not in fetched_from, "a partition only acknowledged was fetched"
 
 
 def test_a_member_the_group_does_not_know_fetches_through_its_share_session(

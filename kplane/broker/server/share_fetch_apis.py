@@ -210,6 +210,8 @@ class ShareFetchApis:
                 )
             return None
         session = self.sessions.next(group_id, member_id, epoch)
+        if not fetch:  # a ShareAcknowledge moves the epoch on, adding nothing to fetch
+            return session
         for tp in named:
             session.partitions.setdefault(tp, None)
         for forgotten in getattr(req, "forgotten_topics_data", ()):
