@@ -380,9 +380,19 @@ class KafkaClient:
         self._last_metadata_success = now
 
     async def partitions_for(self, topic: str) -> dict[int, PartitionMetadata]:
-        """Partition metadata of ``topic``, refreshing when unknown or stale."""
+        """Partition metadata of ``topic``, refreshing when unknown or stale; a topic
+        still being created (LEADER_NOT_AVAILABLE) is asked again, backing off, for at
+        most ``request.timeout.ms``."""
         self.want_topics([topic])
         if topic not in self.cluster.topics or self.metadata_stale:
+            await self.refresh_metadata([topic])
+        deadline = time.monotonic() + self.config.request_timeout_ms / 1000.0
+        while (
+            topic not in self.cluster.topics
+            and self.cluster.topic_errors.get(topic) == ErrorCode.leader_not_available
+            and time.monotonic() < deadline
+        ):
+            await asyncio.sleep(self.config.reconnect_backoff_ms / 1000.0)
             await self.refresh_metadata([topic])
         partitions = self.cluster.topics.get(topic)
         if partitions is None:
