@@ -39,7 +39,12 @@ import structlog
 from kplane.client.errors import IllegalStateError
 from kplane.client.group_membership import ConsumerMembership
 from kplane.client.kafka_client import KafkaClient
-from kplane.client.settings import CONSUMER_SETTINGS, ISOLATION_LEVELS, read_settings
+from kplane.client.settings import (
+    CONSUMER_SETTINGS,
+    ISOLATION_LEVELS,
+    check_bounds,
+    read_settings,
+)
 from kplane.common.network.connection import BrokerConnectionError
 from kplane.protocol import api
 from kplane.protocol.api_keys import ApiKey
@@ -254,19 +259,17 @@ class Consumer:
                 f"auto.offset.reset: {auto_offset_reset!r} is not one of "
                 f"{', '.join(OFFSET_RESET_STRATEGIES)}"
             )
-        for name, value in (
-            ("fetch.max.wait.ms", fetch_max_wait_ms),
-            ("fetch.min.bytes", fetch_min_bytes),
-            ("retry.backoff.ms", retry_backoff_ms),
-        ):
-            if value < 0:
-                raise ValueError(f"{name}: {value} is negative")
-        for name, value in (
-            ("fetch.max.bytes", fetch_max_bytes),
-            ("max.partition.fetch.bytes", max_partition_fetch_bytes),
-        ):
-            if value <= 0:
-                raise ValueError(f"{name}: {value} must be positive")
+        check_bounds(
+            {
+                "fetch.max.wait.ms": fetch_max_wait_ms,
+                "fetch.min.bytes": fetch_min_bytes,
+                "retry.backoff.ms": retry_backoff_ms,
+            },
+            {
+                "fetch.max.bytes": fetch_max_bytes,
+                "max.partition.fetch.bytes": max_partition_fetch_bytes,
+            },
+        )
         self.client = client
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.fetch_min_bytes = fetch_min_bytes

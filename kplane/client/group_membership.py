@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import datetime
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -67,7 +68,37 @@ class Reader(Protocol):
     def positions(self) -> dict[TopicPartition, int]: ...
 
 
-class ConsumerMembership:
+class GroupMember(ABC):
+    """What a KIP-848 consumer member and a KIP-932 share member share: the member id and
+    epoch, a subscription, and the heartbeat task ``subscribe`` starts."""
+
+    def __init__(self, client: KafkaClient, group_id: str, retry_backoff_ms: int) -> None:
+        self.client = client
+        self.group_id = group_id
+        self.retry_backoff_ms = retry_backoff_ms
+        self.member_id = str(uuid.uuid4())
+        self.member_epoch = 0
+        self.topics: tuple[str, ...] = ()
+        self._coordinator: int | None = None
+        self._full = True  # the next heartbeat names everything (a join or a rejoin)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        """Join with ``topics`` (or change the subscription); heartbeats start at once."""
+        self.topics = tuple(sorted(set(topics)))
+        self.client.want_topics(self.topics)
+        self._full = True
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    @abstractmethod
+    async def _run(self) -> None:
+        """Heartbeat until the member leaves."""
+
+
+class ConsumerMembership(GroupMember):
     """One member of ``group_id``; ``subscribe`` starts it, ``close`` leaves. With
     ``auto_commit`` (``enable.auto.commit``) the positions of the owned partitions are
     committed every ``auto_commit_interval_ms``, when partitions are revoked and on close."""
@@ -86,32 +117,14 @@ class ConsumerMembership:
     ) -> None:
         if auto_commit_interval_ms < 0:
             raise ValueError(f"auto.commit.interval.ms: {auto_commit_interval_ms} is negative")
+        super().__init__(reader.client, group_id, retry_backoff_ms)
         self.reader = reader
-        self.client = reader.client
-        self.group_id = group_id
         self.group_instance_id = group_instance_id
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.server_assignor = server_assignor
-        self.retry_backoff_ms = retry_backoff_ms
         self.auto_commit = auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
-        self.member_id = str(uuid.uuid4())
-        self.member_epoch = 0
-        self.topics: tuple[str, ...] = ()
         self.owned: frozenset[TopicPartition] = frozenset()
-        self._coordinator: int | None = None
-        self._full = True  # the next heartbeat names everything (a join or a rejoin)
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    def subscribe(self, topics: Iterable[str]) -> None:
-        """Join with ``topics`` (or change the subscription); heartbeats start at once."""
-        self.topics = tuple(sorted(set(topics)))
-        self.client.want_topics(self.topics)
-        self._full = True
-        self._wake.set()
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
 
     # heartbeats ------------------------------------------------------------------------
     async def _run(self) -> None:

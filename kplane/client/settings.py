@@ -118,3 +118,15 @@ def read_settings(extra: Mapping[str, Any], table: Sequence[Setting]) -> dict[st
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"{setting.key}: {value!r}: {exc}") from None
     return kwargs
+
+
+def check_bounds(
+    non_negative: Mapping[str, int] | None = None, positive: Mapping[str, int] | None = None
+) -> None:
+    """ValueError naming the first setting (by its Kafka key) out of its bounds."""
+    for name, value in (non_negative or {}).items():
+        if value < 0:
+            raise ValueError(f"{name}: {value} is negative")
+    for name, value in (positive or {}).items():
+        if value <= 0:
+            raise ValueError(f"{name}: {value} must be positive")

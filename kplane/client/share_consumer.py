@@ -39,7 +39,7 @@ import structlog
 from kplane.client.consumer import ConsumerRecord, batch_records
 from kplane.client.errors import IllegalStateError
 from kplane.client.kafka_client import KafkaClient
-from kplane.client.settings import Setting, as_lower, read_settings
+from kplane.client.settings import Setting, as_lower, check_bounds, read_settings
 from kplane.client.share_membership import ShareMembership
 from kplane.client.share_session_handler import (
     SESSION_ERRORS,
@@ -105,19 +105,14 @@ class ShareConsumer:
                 f"share.acknowledgement.mode: {acknowledgement_mode!r} is not one of "
                 f"{', '.join(ACKNOWLEDGEMENT_MODES)}"
             )
-        for name, value in (
-            ("fetch.max.wait.ms", fetch_max_wait_ms),
-            ("fetch.min.bytes", fetch_min_bytes),
-            ("retry.backoff.ms", retry_backoff_ms),
-        ):
-            if value < 0:
-                raise ValueError(f"{name}: {value} is negative")
-        for name, value in (
-            ("fetch.max.bytes", fetch_max_bytes),
-            ("max.poll.records", max_poll_records),
-        ):
-            if value <= 0:
-                raise ValueError(f"{name}: {value} must be positive")
+        check_bounds(
+            {
+                "fetch.max.wait.ms": fetch_max_wait_ms,
+                "fetch.min.bytes": fetch_min_bytes,
+                "retry.backoff.ms": retry_backoff_ms,
+            },
+            {"fetch.max.bytes": fetch_max_bytes, "max.poll.records": max_poll_records},
+        )
         self.client = client
         self.group_id = group_id
         self.explicit = acknowledgement_mode == "explicit"

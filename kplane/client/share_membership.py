@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import uuid
-from collections.abc import Iterable
 from typing import Any
 
 import structlog
@@ -27,6 +25,7 @@ from kplane.client.group_membership import (
     COORDINATOR_MOVED,
     FENCED,
     LEAVE_GROUP,
+    GroupMember,
     TopicPartition,
     named_assignment,
 )
@@ -39,7 +38,7 @@ from kplane.protocol.errors import ErrorCode, KafkaError
 log = structlog.get_logger(__name__)
 
 
-class ShareMembership:
+class ShareMembership(GroupMember):
     """One member of share group ``group_id``; ``subscribe`` starts it, ``close`` leaves."""
 
     def __init__(
@@ -50,29 +49,11 @@ class ShareMembership:
         rack_id: str | None = None,
         retry_backoff_ms: int = 100,
     ) -> None:
-        self.client = client
-        self.group_id = group_id
+        super().__init__(client, group_id, retry_backoff_ms)
         self.rack_id = rack_id
-        self.retry_backoff_ms = retry_backoff_ms
-        self.member_id = str(uuid.uuid4())
-        self.member_epoch = 0
-        self.topics: tuple[str, ...] = ()
         self.assigned: frozenset[TopicPartition] = frozenset()
         self.error: KafkaError | None = None
         """What stopped the heartbeats, raised by the consumer."""
-        self._coordinator: int | None = None
-        self._full = True  # the next heartbeat names the subscription
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    def subscribe(self, topics: Iterable[str]) -> None:
-        """Join with ``topics`` (or change the subscription); heartbeats start at once."""
-        self.topics = tuple(sorted(set(topics)))
-        self.client.want_topics(self.topics)
-        self._full = True
-        self._wake.set()
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
