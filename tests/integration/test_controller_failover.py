@@ -1,52 +1,95 @@
 """Controller failover on a real ZooKeeper: the broker elected controller next takes the
 replicas of brokers that died while nobody was controller out of the ISR at once, as
 Kafka's replica state machine does at failover, so acks=all producers of partitions whose
-leader lives do not wait for the follower lag timeout."""
+leader lives do not wait for the follower lag timeout. The controller is killed (kill -9:
+no controlled shutdown takes its replicas out first); its ZooKeeper session expires, and
+with it both its registration and its controllership, so the next controller never sees
+it leave."""
 
 from __future__ import annotations
 
+import json
+import signal
 import time
 from collections.abc import Callable
+from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
-from kplane.testing.plugin import KafkaCluster
+from kplane.testing.plugin import BrokerProcess
 
+TOPIC = "failover-isr"
+SESSION_TIMEOUT_MS = 6000
 LAG_TIMEOUT_MS = 120_000  # far beyond the wait below: the leader's own ISR shrink is not it
 
 
+def _wait(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = predicate()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _controller_id(zk: KazooClient) -> int | None:
+    """The broker ``/controller`` names, None while there is none (an election)."""
+    try:
+        return int(json.loads(zk.get("/controller")[0])["brokerid"])
+    except NoNodeError:
+        return None
+
+
+def _state(zk: KazooClient) -> dict[str, Any]:
+    return json.loads(zk.get(f"/brokers/topics/{TOPIC}/partitions/0/state")[0])
+
+
 def test_the_next_controller_takes_a_dead_controllers_replicas_out_of_the_isr(
-    kafka_cluster: Callable[..., KafkaCluster],
+    broker_process: Callable[..., BrokerProcess], zookeeper: str
 ) -> None:
-    cluster = kafka_cluster(2, replica_lag_time_max_ms=str(LAG_TIMEOUT_MS))
-    topic = "failover-isr"
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    admin.create_topics([NewTopic(topic, 2, 2)])[topic].result(30)
-    for broker in cluster.brokers:
-        broker.wait_for_partitions(topic, 2)
-    controller = next(b for b in cluster.brokers if b.is_controller())
-    survivor = next(b for b in cluster.brokers if b is not controller)
-    for partition in (0, 1):  # the survivor leads, the controller follows
-        cluster.move_leader(topic, partition, survivor.broker_id)
-    deadline = time.monotonic() + 30
-    while not all(len(p.isr) == 2 for p in survivor.partitions(topic).values()):
-        assert time.monotonic() < deadline, "the controller's replicas never joined the ISR"
-        time.sleep(0.05)
-
-    controller.stop()
-
-    deadline = time.monotonic() + 30
-    while not all(
-        p.leader == survivor.broker_id and list(p.isr) == [survivor.broker_id]
-        for p in survivor.partitions(topic).values()
-    ):
-        assert time.monotonic() < deadline, (
-            f"the dead controller is still in the ISR: {survivor.partitions(topic)}"
+    common = (
+        f"zookeeper.connect={zookeeper}",
+        f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
+        "zookeeper.connection.timeout.ms=15000",
+        "replica.fetch.wait.max.ms=100",
+        "replica.fetch.backoff.ms=100",
+        f"replica.lag.time.max.ms={LAG_TIMEOUT_MS}",
+    )
+    controller = broker_process(None, "broker.id=0", *common)
+    _wait(lambda: "controller elected" in controller.log_text(), 30, "broker 0 to be controller")
+    survivor = broker_process(None, "broker.id=1", *common)
+    zk = KazooClient(hosts=zookeeper)
+    zk.start(timeout=15)
+    try:
+        _wait(lambda: len(zk.get_children("/brokers/ids")) == 2, 30, "both brokers registered")
+        admin = AdminClient({"bootstrap.servers": survivor.bootstrap_servers})
+        # the survivor leads, the controller follows
+        admin.create_topics([NewTopic(TOPIC, num_partitions=1, replica_assignment=[[1, 0]])])[
+            TOPIC
+        ].result(30)
+        _wait(
+            lambda: (
+                zk.exists(f"/brokers/topics/{TOPIC}/partitions/0/state")
+                and _state(zk)["leader"] == 1
+                and sorted(_state(zk)["isr"]) == [0, 1]
+            ),
+            30,
+            "broker 1 to lead with broker 0 in the ISR",
         )
-        time.sleep(0.05)
-    assert survivor.is_controller()
-    producer = Producer({"bootstrap.servers": survivor.bootstrap(), "acks": "all"})
+
+        controller.process.send_signal(signal.SIGKILL)
+        controller.process.wait(10)
+
+        _wait(lambda: _controller_id(zk) == 1, 30, "broker 1 to be controller")
+        _wait(lambda: _state(zk)["isr"] == [1], 20, "the dead controller out of the ISR")
+    finally:
+        zk.stop()
+        zk.close()
+    producer = Producer({"bootstrap.servers": survivor.bootstrap_servers, "acks": "all"})
     for i in range(10):
-        producer.produce(topic, value=str(i).encode(), partition=i % 2)
+        producer.produce(TOPIC, value=str(i).encode())
     assert producer.flush(30) == 0
