@@ -207,7 +207,14 @@ def test_acks_all_needs_min_insync_replicas(cluster) -> None:  # type: ignore[no
         if i != leader:
             b.stop()
     wait_until(
-        lambda: (part := _partition(brokers[leader], topic)) is not None and part.isr == (leader,),
+        lambda: (
+            (part := _partition(brokers[leader], topic)) is not None
+            and part.isr == (leader,)
+            # the leader's own replica has taken the LeaderAndIsr that said so (a controller
+            # that shrinks the ISR moves the leader epoch on), not only its metadata cache
+            and (own := brokers[leader].replica(topic, 0)) is not None
+            and own.leader_epoch == part.leader_epoch
+        ),
         what="the ISR down to the leader",
     )
     under_replicated = "kafka_server_replicamanager_underreplicatedpartitions 1.0"
@@ -588,8 +595,7 @@ def test_num_replica_fetchers_changes_live(cluster) -> None:  # type: ignore[no-
     _create(brokers[0], topic, partitions=6)
     wait_until(
         lambda: all(
-            len(found := b.partitions(topic)) == 6
-            and all(len(p.isr) == 3 for p in found.values())
+            len(found := b.partitions(topic)) == 6 and all(len(p.isr) == 3 for p in found.values())
             for b in brokers.values()
         ),
         what="six partitions in sync",
