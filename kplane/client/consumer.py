@@ -30,7 +30,7 @@ import asyncio
 import datetime
 import heapq
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,6 +225,45 @@ class _Fetched:
     next_offset: int  # the position once every record here is handed out
 
 
+class FetchRounds:
+    """The one fetch round a consumer's polls share: a poll starts it and waits for it
+    until its own deadline; a round outliving that poll goes on, and the next poll picks up
+    its records. ``close`` lets it end by itself first (cancelling a request mid-connect
+    would strand others waiting for that connection, see KafkaClient.connection)."""
+
+    def __init__(self, run: Callable[[float], Coroutine[Any, Any, None]]) -> None:
+        self._run = run
+        self._task: asyncio.Task[None] | None = None
+
+    async def wait(self, fetch_max_wait_ms: int, deadline: float) -> bool:
+        """Start a round when none runs, waiting no longer than the poll (so no fetch parks
+        on the connection after it), and wait for it until ``deadline`` (loop time): False
+        when it still runs then, else True, raising what the round raised."""
+        loop = asyncio.get_running_loop()
+        task = self._task
+        if task is None:
+            wait_ms = min(fetch_max_wait_ms, max(0.0, deadline - loop.time()) * 1000.0)
+            task = self._task = loop.create_task(self._run(wait_ms))
+        if not task.done():
+            await asyncio.wait({task}, timeout=max(0.0, deadline - loop.time()))
+            if not task.done():
+                return False
+        if self._task is task:
+            self._task = None
+        if not task.cancelled():
+            task.result()
+        return True
+
+    async def close(self, grace_s: float) -> None:
+        """Wait up to ``grace_s`` for the round in flight, then cancel it."""
+        task, self._task = self._task, None
+        if task is not None:
+            await asyncio.wait({task}, timeout=grace_s)
+            if not task.done():
+                task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
 class Consumer:
     """Reads assigned partitions; positions are kept by the consumer. With ``group_id`` it
     may ``subscribe`` instead: the group (``group.protocol=consumer`` only) assigns the
@@ -281,7 +320,7 @@ class Consumer:
         self._positions: dict[TopicPartition, int | None] = {}
         self._resets: dict[TopicPartition, int] = {}  # pending ListOffsets timestamp
         self._fetched: dict[TopicPartition, _Fetched] = {}
-        self._round_task: asyncio.Task[None] | None = None
+        self._fetch_rounds = FetchRounds(self._round)
         self._metadata_needed = False
         self._rounds = itertools.count()
         self._closed = False
@@ -410,21 +449,8 @@ class Consumer:
             records = self._drain(max_records)
             if records:
                 return records
-            task = self._round_task
-            if task is None:
-                # Waiting no longer than this poll, so no Fetch parks on the connection after.
-                wait_ms = min(self.fetch_max_wait_ms, max(0.0, deadline - loop.time()) * 1000.0)
-                task = self._round_task = loop.create_task(self._round(wait_ms))
-            if not task.done():
-                # A round outliving this poll goes on; the next poll picks up its records.
-                await asyncio.wait({task}, timeout=max(0.0, deadline - loop.time()))
-                if not task.done():
-                    return []
-            if self._round_task is task:
-                self._round_task = None
-            if task.cancelled():
-                continue
-            task.result()  # what the round raised
+            if not await self._fetch_rounds.wait(self.fetch_max_wait_ms, deadline):
+                return []
             if loop.time() >= deadline:
                 return self._drain(max_records)
 
@@ -434,14 +460,7 @@ class Consumer:
         if self._membership is not None and not self._closed:
             await self._membership.close()
         self._closed = True
-        task, self._round_task = self._round_task, None
-        if task is not None:
-            # Let the round end by itself first: cancelling a request mid-connect would
-            # strand others waiting for that connection (see KafkaClient.connection).
-            await asyncio.wait({task}, timeout=self.fetch_max_wait_ms / 1000.0 + 1.0)
-            if not task.done():
-                task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._fetch_rounds.close(self.fetch_max_wait_ms / 1000.0 + 1.0)
         self._positions.clear()
         self._resets.clear()
         self._fetched.clear()

@@ -36,7 +36,7 @@ from typing import Any
 
 import structlog
 
-from kplane.client.consumer import ConsumerRecord, batch_records
+from kplane.client.consumer import ConsumerRecord, FetchRounds, batch_records
 from kplane.client.errors import IllegalStateError
 from kplane.client.kafka_client import KafkaClient
 from kplane.client.settings import Setting, as_lower, check_bounds, read_settings
@@ -129,7 +129,7 @@ class ShareConsumer:
         self._fetched: deque[tuple[_Origin, ConsumerRecord]] = deque()
         # the last poll's records not yet settled, by (topic, partition, offset)
         self._delivered: dict[tuple[str, int, int], tuple[_Origin, ConsumerRecord]] = {}
-        self._round_task: asyncio.Task[None] | None = None
+        self._fetch_rounds = FetchRounds(self._round)
         self._commits: set[asyncio.Task[AcknowledgementResults]] = set()
         self._metadata_needed = False
         self._closed = False
@@ -288,18 +288,8 @@ class ShareConsumer:
                     # acknowledgements go in a ShareAcknowledge (as Kafka's consumer does).
                     self._commit_in_background()
                 return records
-            task = self._round_task
-            if task is None:
-                wait_ms = min(self.fetch_max_wait_ms, max(0.0, deadline - loop.time()) * 1000.0)
-                task = self._round_task = loop.create_task(self._round(wait_ms))
-            if not task.done():
-                await asyncio.wait({task}, timeout=max(0.0, deadline - loop.time()))
-                if not task.done():
-                    return []
-            if self._round_task is task:
-                self._round_task = None
-            if not task.cancelled():
-                task.result()  # what the round raised
+            if not await self._fetch_rounds.wait(self.fetch_max_wait_ms, deadline):
+                return []
             self._check_open()
             if loop.time() >= deadline:
                 return self._drain()
@@ -539,13 +529,8 @@ class ShareConsumer:
             return
         self._accept_delivered()
         self._closed = True
-        task, self._round_task = self._round_task, None
-        if task is not None:
-            # Let the round end by itself first (its ShareFetch holds the session's turn).
-            await asyncio.wait({task}, timeout=self.fetch_max_wait_ms / 1000.0 + 1.0)
-            if not task.done():
-                task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        # the round ends by itself first: its ShareFetch holds the session's turn
+        await self._fetch_rounds.close(self.fetch_max_wait_ms / 1000.0 + 1.0)
         if self._commits:
             await asyncio.gather(*self._commits, return_exceptions=True)
         await self._membership.close()
