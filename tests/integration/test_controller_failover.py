@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,19 +20,11 @@ from kazoo.exceptions import NoNodeError
 
 from kplane.testing.plugin import BrokerProcess
 
+from .helpers import wait_until
+
 TOPIC = "failover-isr"
 SESSION_TIMEOUT_MS = 6000
 LAG_TIMEOUT_MS = 120_000  # far beyond the wait below: the leader's own ISR shrink is not it
-
-
-def _wait(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = predicate()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _controller_id(zk: KazooClient) -> int | None:
@@ -60,18 +51,20 @@ def test_the_next_controller_takes_a_dead_controllers_replicas_out_of_the_isr(
         f"replica.lag.time.max.ms={LAG_TIMEOUT_MS}",
     )
     controller = broker_process(None, "broker.id=0", *common)
-    _wait(lambda: "controller elected" in controller.log_text(), 30, "broker 0 to be controller")
+    wait_until(
+        lambda: "controller elected" in controller.log_text(), 30, "broker 0 to be controller"
+    )
     survivor = broker_process(None, "broker.id=1", *common)
     zk = KazooClient(hosts=zookeeper)
     zk.start(timeout=15)
     try:
-        _wait(lambda: len(zk.get_children("/brokers/ids")) == 2, 30, "both brokers registered")
+        wait_until(lambda: len(zk.get_children("/brokers/ids")) == 2, 30, "both brokers registered")
         admin = AdminClient({"bootstrap.servers": survivor.bootstrap_servers})
         # the survivor leads, the controller follows
         admin.create_topics([NewTopic(TOPIC, num_partitions=1, replica_assignment=[[1, 0]])])[
             TOPIC
         ].result(30)
-        _wait(
+        wait_until(
             lambda: (
                 zk.exists(f"/brokers/topics/{TOPIC}/partitions/0/state")
                 and _state(zk)["leader"] == 1
@@ -84,8 +77,8 @@ def test_the_next_controller_takes_a_dead_controllers_replicas_out_of_the_isr(
         controller.process.send_signal(signal.SIGKILL)
         controller.process.wait(10)
 
-        _wait(lambda: _controller_id(zk) == 1, 30, "broker 1 to be controller")
-        _wait(lambda: _state(zk)["isr"] == [1], 20, "the dead controller out of the ISR")
+        wait_until(lambda: _controller_id(zk) == 1, 30, "broker 1 to be controller")
+        wait_until(lambda: _state(zk)["isr"] == [1], 20, "the dead controller out of the ISR")
     finally:
         zk.stop()
         zk.close()
