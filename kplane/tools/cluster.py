@@ -56,12 +56,17 @@ def add_parser(sub: Any) -> None:
     down.set_defaults(func=run_down)
 
 
+SINGLE_REQUEST_QUEUE = ("kplane.produce.on.network.threads", "false")
+"""Kafka before KIP-291: every request of the data plane, Produce too, through its one
+request queue, where controller requests wait behind data."""
+
+
 def broker_overrides(
     broker_id: int, base_port: int, zk_connect: str, log_dir: Path, control_plane: bool = True
 ) -> list[str]:
     """The ``--override`` settings of one broker of the local cluster; without
-    ``control_plane`` it has no CONTROLLER listener and controller requests arrive on
-    INTERNAL (Kafka before KIP-291)."""
+    ``control_plane`` it has no CONTROLLER listener, controller requests arrive on
+    INTERNAL and share its request queue with Produce (Kafka before KIP-291)."""
 
     def port(offset: int) -> int:
         return 0 if base_port == 0 else base_port + 100 * broker_id + offset
@@ -75,6 +80,8 @@ def broker_overrides(
     ]
     if control_plane:
         overrides.append("control.plane.listener.name=CONTROLLER")
+    else:
+        overrides.append("=".join(SINGLE_REQUEST_QUEUE))
     return [
         *overrides,
         f"zookeeper.connect={zk_connect}/kplane",

@@ -403,18 +403,19 @@ def test_data_plane_threads_can_give_way_to_the_control_plane(broker_factory) ->
 @pytest.mark.parametrize(
     ("control_plane", "setting", "role"),
     [
-        (True, "auto", "network-thread"),
-        (False, "auto", "request-handler"),
-        (False, "true", "network-thread"),
+        (True, None, "network-thread"),
+        (False, None, "network-thread"),
+        (False, "false", "request-handler"),
         (True, "false", "request-handler"),
     ],
 )
 def test_where_produce_is_handled(broker_factory, control_plane, setting, role) -> None:
     """``kplane.produce.on.network.threads``: on the data-plane network thread that read the
-    request (auto: with a control-plane listener), else on a request handler; either way the
-    answer is the same."""
+    request (the default, with or without a control plane), else on a request handler;
+    either way the answer is the same."""
     overrides = dict(CONTROLLER_OVERRIDES) if control_plane else {}
-    overrides["kplane.produce.on.network.threads"] = setting
+    if setting is not None:
+        overrides["kplane.produce.on.network.threads"] = setting
     broker = broker_factory(overrides)
     broker.create_topic("where", 1)
     threads: list[str] = []

@@ -686,14 +686,12 @@ _DECLARED: tuple[ActedOn | ConfigDef, ...] = (
               "Where partition logs live: file (Kafka's segments under log.dirs, kept across "
               "restarts) or memory (gone at exit; for fast test brokers).", H, RO,
               OneOf(("file", "memory"))),
-    ConfigDef("kplane.produce.on.network.threads", T.STRING, "auto",
+    ConfigDef("kplane.produce.on.network.threads", T.BOOLEAN, True,
               "Whether the data plane's network threads handle Produce requests themselves "
-              "instead of queueing them for num.io.threads handlers: true, false, or auto "
-              "(true when control.plane.listener.name is set). Handling a small Produce on "
-              "the thread that read it costs a third less CPU and no thread switches; "
-              "without a control plane, controller requests keep Kafka's single queue with "
-              "the data they share it with (KIP-291's baseline).", L, RO,
-              OneOf(("auto", "true", "false"))),
+              "instead of queueing them for num.io.threads handlers. Handling a small "
+              "Produce on the thread that read it costs a quarter less CPU and no thread "
+              "switches. false keeps Kafka's single request queue for Produce too, as the "
+              "load test's shared scenarios do (KIP-291's baseline).", L, RO),
     ConfigDef("kplane.metrics.host", T.STRING, "127.0.0.1",
               "Address the Prometheus HTTP exposition binds.", M, RO),
 )

@@ -812,16 +812,10 @@ class KafkaServer:
         info = self.cache.topic(topic)
         return info is not None and partition in info.partitions
 
-    def _produce_on_network_threads(self) -> bool:
-        """``kplane.produce.on.network.threads``; auto: with a control-plane listener."""
-        value = self.static_config.get("kplane.produce.on.network.threads")
-        if value == "auto":
-            return self.control_channel is not None
-        return value == "true"
-
     def _handler_pool(self, channel: RequestChannel) -> RequestHandlerPool:
         plane = channel.plane
-        if not plane.is_control and self._produce_on_network_threads():
+        on_network_threads = self.static_config.get_bool("kplane.produce.on.network.threads")
+        if not plane.is_control and on_network_threads:
             priority = self.priority
 
             def on_processor(request: Request) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kplane.tools.cluster import broker_overrides
+from kplane.tools.cluster import SINGLE_REQUEST_QUEUE, broker_overrides
 from kplane.tools.loadtest.controller import Endpoint
 from kplane.tools.serve_process import ServeFailed, ServeProcess, spawn_serve
 from kplane.tools.zookeeper import ZooKeeperServer, unavailable_reason
@@ -107,7 +107,8 @@ class Target:
 
 def broker_properties(spec: ScenarioSpec, log_dir: Path, partitions: int) -> dict[str, str]:
     """server.properties of ``spec``'s broker: loopback listeners on ephemeral ports,
-    metrics exposed, no group rebalance delay."""
+    metrics exposed, no group rebalance delay; with shared planes, Kafka's single request
+    queue (KIP-291's baseline)."""
     props = {
         "broker.id": "0",
         "listeners": ",".join(f"{name}://{LOOPBACK}:0" for name in spec.listeners),
@@ -121,6 +122,9 @@ def broker_properties(spec: ScenarioSpec, log_dir: Path, partitions: int) -> dic
     }
     if spec.control_plane:
         props["control.plane.listener.name"] = CONTROL_LISTENER
+    else:
+        key, value = SINGLE_REQUEST_QUEUE
+        props[key] = value
     return props
 
 
