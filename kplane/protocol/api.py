@@ -31,8 +31,10 @@ E = TypeVar("E")
 API_NAMES: dict[int, str] = dict(sorted({**api_key_map, **controller_schema.API_NAMES}.items()))
 
 
+@cache
 def kio_versions(api_key: int) -> range:
-    """The versions kio (or controller_schema) has schemas for; empty for an unknown key."""
+    """The versions kio (or controller_schema) has schemas for; empty for an unknown key
+    (asked for keys a connection already checked, so the cache stays small)."""
     ours = controller_schema.VERSIONS.get(api_key)
     if ours is not None:
         return ours
@@ -103,12 +105,16 @@ def request_header_version(api_key: int, version: int) -> int:
     Any version, served or not, and any key: a header is read before either is checked."""
     if api_key == 7 and version == 0:
         return 0
+    if api_key not in API_NAMES:  # a key no schema has: nothing cached for it
+        return 1
     flexible = first_flexible_version(api_key)
     return 2 if flexible is not None and version >= flexible else 1
 
 
+@cache
 def response_header_version(api_key: int, version: int) -> int:
-    """Response header v1 for flexible versions; ApiVersions always answers with v0."""
+    """Response header v1 for flexible versions; ApiVersions always answers with v0.
+    (Asked only for versions served, so the cache stays small.)"""
     if api_key == 18:
         return 0
     return 1 if is_flexible(api_key, version) else 0

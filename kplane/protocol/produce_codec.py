@@ -16,7 +16,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kplane.protocol.wire_codec import I32, WireReader, length_prefix, string_field
+from kplane.protocol.body_scan import MalformedBody
+from kplane.protocol.wire_codec import (
+    I32,
+    length_prefix,
+    read_length,
+    skip_tagged_fields,
+    string_field,
+)
 
 __all__ = (
     "PartitionProduceData",
@@ -91,31 +98,78 @@ class TopicResult:
 
 
 def decode_produce_request(version: int, buf: bytes, offset: int) -> ProduceRequestData:
-    """The Produce request body at ``buf[offset:]``; MalformedBody when it does not fit."""
+    """The Produce request body at ``buf[offset:]``; MalformedBody when it does not fit.
+    (Read with positions in local variables, not a :class:`WireReader`: a method call a
+    field is most of what a small request costs to decode.)"""
     flexible = version >= FLEXIBLE_SINCE
     by_id = version >= TOPIC_ID_SINCE
-    r = WireReader(buf, offset)
-    transactional_id = r.string(flexible, True, "transactional_id")
-    acks, timeout_ms = r.unpack(_HEAD, "acks and timeout_ms")
+    end = len(buf)
+    n, pos = read_length(buf, offset, end, flexible, False, "transactional_id")
+    transactional_id = None if n < 0 else _text(buf, pos, n, end, "transactional_id")
+    pos += max(n, 0)
+    if pos + 6 > end:
+        raise MalformedBody(f"acks and timeout_ms: 6 bytes needed, {end - pos} left")
+    acks, timeout_ms = _HEAD.unpack_from(buf, pos)
+    count, pos = _count(buf, pos + 6, end, flexible, _TOPIC_MIN, "topic_data")
     topics = []
-    for _ in range(r.count(flexible, _TOPIC_MIN, "topic_data")):
+    for _ in range(count):
+        name: str | None = None
+        topic_id: uuid.UUID | None = None
         if by_id:
-            name, topic_id = None, r.uuid("topic_id")
+            if pos + 16 > end:
+                raise MalformedBody(f"topic_id: 16 bytes needed, {end - pos} left")
+            topic_id = uuid.UUID(bytes=bytes(buf[pos : pos + 16]))
+            pos += 16
         else:
-            name, topic_id = r.string(flexible, False, "name"), None
+            n, pos = read_length(buf, pos, end, flexible, False, "name")
+            if n < 0:
+                raise MalformedBody("name: null where not nullable")
+            name = _text(buf, pos, n, end, "name")
+            pos += n
         partitions = []
-        for _ in range(r.count(flexible, _PARTITION_MIN, "partition_data")):
-            index = r.int32("index")
-            records = r.nullable_bytes(flexible, "records")
+        partition_count, pos = _count(buf, pos, end, flexible, _PARTITION_MIN, "partition_data")
+        for _ in range(partition_count):
+            if pos + 4 > end:
+                raise MalformedBody(f"index: 4 bytes needed, {end - pos} left")
+            index = I32.unpack_from(buf, pos)[0]
+            n, pos = read_length(buf, pos + 4, end, flexible, True, "records")
+            records = None
+            if n >= 0:
+                if pos + n > end:
+                    raise MalformedBody(f"records: {n} bytes needed, {end - pos} left")
+                records = bytes(buf[pos : pos + n])
+                pos += n
             if flexible:
-                r.skip_tagged_fields()
+                pos = skip_tagged_fields(buf, pos, end)
             partitions.append(PartitionProduceData(index, records))
         if flexible:
-            r.skip_tagged_fields()
+            pos = skip_tagged_fields(buf, pos, end)
         topics.append(TopicProduceData(name, topic_id, tuple(partitions)))
     if flexible:
-        r.skip_tagged_fields()
-    return ProduceRequestData(transactional_id, int(acks), int(timeout_ms), tuple(topics))
+        skip_tagged_fields(buf, pos, end)
+    return ProduceRequestData(transactional_id, acks, timeout_ms, tuple(topics))
+
+
+def _text(buf: bytes, pos: int, n: int, end: int, what: str) -> str:
+    """The UTF-8 string of ``n`` bytes at ``pos``."""
+    if pos + n > end:
+        raise MalformedBody(f"{what}: {n} bytes needed, {end - pos} left")
+    try:
+        return bytes(buf[pos : pos + n]).decode()
+    except UnicodeDecodeError as exc:
+        raise MalformedBody(f"{what}: not UTF-8") from exc
+
+
+def _count(
+    buf: bytes, pos: int, end: int, flexible: bool, element_min: int, what: str
+) -> tuple[int, int]:
+    """A non-nullable array's count, at most what the bytes left can hold."""
+    n, pos = read_length(buf, pos, end, flexible, True, what)
+    if n < 0:
+        raise MalformedBody(f"{what}: null where not nullable")
+    if n * element_min > end - pos:
+        raise MalformedBody(f"{what}: {n} elements announced, {end - pos} bytes left")
+    return n, pos
 
 
 def encode_produce_response(

@@ -299,7 +299,14 @@ def _parse_batch_header(
             f"truncated batch at byte {pos}: only {remaining} bytes left, "
             f"a batch header is {BATCH_HEADER_SIZE} bytes",
         )
-    (magic,) = _INT8.unpack_from(view, pos + _MAGIC_POS)
+    fields = None
+    if remaining >= BATCH_HEADER_SIZE:  # the whole header at once, checked below
+        fields = BATCH_HEADER.unpack_from(view, pos)
+        magic = fields[3]
+        batch_length = fields[1]
+    else:
+        (magic,) = _INT8.unpack_from(view, pos + _MAGIC_POS)
+        (batch_length,) = _INT32.unpack_from(view, pos + _LENGTH_POS)
     if magic in _LEGACY_MAGICS:
         raise InvalidRecordError(
             ErrorCode.invalid_record,
@@ -309,7 +316,6 @@ def _parse_batch_header(
         raise InvalidRecordError(
             ErrorCode.corrupt_message, f"invalid magic {magic} in the batch at byte {pos}"
         )
-    (batch_length,) = _INT32.unpack_from(view, pos + _LENGTH_POS)
     if batch_length < MIN_BATCH_LENGTH:
         raise InvalidRecordError(
             ErrorCode.corrupt_message,
@@ -325,6 +331,7 @@ def _parse_batch_header(
             f"truncated batch at byte {pos}: batchLength says {size} bytes, "
             f"only {remaining} left in the buffer",
         )
+    assert fields is not None  # size >= BATCH_HEADER_SIZE fits in what remains
     (
         base_offset,
         _,
@@ -339,7 +346,7 @@ def _parse_batch_header(
         producer_epoch,
         base_sequence,
         record_count,
-    ) = BATCH_HEADER.unpack_from(view, pos)
+    ) = fields
     if verify_crc:
         computed = _crc32c.crc32c(view[pos + _ATTRIBUTES_POS : pos + size])
         if computed != crc:
@@ -364,21 +371,21 @@ def _parse_batch_header(
             ErrorCode.invalid_record,
             f"batch at byte {pos} has unknown compression codec id {compression}",
         )
-    return BatchHeader(
-        position=pos,
-        size=size,
-        base_offset=base_offset,
-        partition_leader_epoch=partition_leader_epoch,
-        magic=magic,
-        crc=crc,
-        attributes=attributes,
-        last_offset_delta=last_offset_delta,
-        base_timestamp=base_timestamp,
-        max_timestamp=max_timestamp,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        record_count=record_count,
+    return BatchHeader(  # positional: the fields' order
+        pos,
+        size,
+        base_offset,
+        partition_leader_epoch,
+        magic,
+        crc,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        record_count,
     )
 
 

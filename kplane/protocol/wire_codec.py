@@ -57,11 +57,8 @@ class WireReader:
 
     def length(self, flexible: bool, wide: bool, what: str) -> int:
         """A length or count (compact: uvarint minus one; else int16/int32); -1 is null."""
-        if flexible:
-            return self.uvarint() - 1
-        if wide:
-            return self.int32(what)
-        return int(I16.unpack_from(self.buf, self.take(2, what))[0])
+        n, self.pos = read_length(self.buf, self.pos, self.end, flexible, wide, what)
+        return n
 
     def count(self, flexible: bool, element_min: int, what: str) -> int:
         """A non-nullable array's count, at most what the bytes left can hold."""
@@ -102,13 +99,39 @@ class WireReader:
         return fields
 
     def skip_tagged_fields(self) -> None:
-        pos = self.pos
-        if pos < self.end and self.buf[pos] == 0:  # none, as nearly always
-            self.pos = pos + 1
-            return
-        for _ in range(self.uvarint()):
-            self.uvarint()  # tag
-            self.take(self.uvarint(), "tagged field")
+        self.pos = skip_tagged_fields(self.buf, self.pos, self.end)
+
+
+def read_length(
+    buf: bytes, pos: int, end: int, flexible: bool, wide: bool, what: str
+) -> tuple[int, int]:
+    """The length or count at ``pos`` (compact: uvarint minus one; else int16, or int32
+    when ``wide``; -1 is null) and the position after it, nothing read past ``end``."""
+    if flexible:
+        if pos < end:
+            byte = buf[pos]
+            if byte < 0x80:  # one byte: most counts and lengths
+                return byte - 1, pos + 1
+        value, pos = uvarint(buf, pos, end)
+        return value - 1, pos
+    size = 4 if wide else 2
+    if pos + size > end:
+        raise MalformedBody(f"{what}: {size} bytes needed, {end - pos} left")
+    return (I32 if wide else I16).unpack_from(buf, pos)[0], pos + size
+
+
+def skip_tagged_fields(buf: bytes, pos: int, end: int) -> int:
+    """The position after the tagged fields (KIP-482) at ``pos``, none of them kept."""
+    if pos < end and buf[pos] == 0:  # none, as nearly always
+        return pos + 1
+    count, pos = uvarint(buf, pos, end)
+    for _ in range(count):
+        _tag, pos = uvarint(buf, pos, end)
+        size, pos = uvarint(buf, pos, end)
+        if pos + size > end:
+            raise MalformedBody(f"tagged field: {size} bytes needed, {end - pos} left")
+        pos += size
+    return pos
 
 
 def length_prefix(n: int, flexible: bool) -> bytes:

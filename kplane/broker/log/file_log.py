@@ -373,22 +373,24 @@ class FileLog(Log):
     @_storage("append to")
     def append(self, buffer: bytes, batches: list[BatchHeader]) -> None:
         settings = self._settings()
-        size = sum(b.size for b in batches)
+        view = memoryview(buffer)
+        pieces: list[Piece] = []
+        size = records = 0
+        for b in batches:  # one loop, no generators: this runs once a Produce
+            pieces += (served_prefix(b), view[b.position + PREFIX_SIZE : b.position + b.size])
+            size += b.size
+            records += b.last_offset_delta + 1
         active = self._segments[-1]
         roll_ms = settings.segment_ms - active.roll_jitter_ms
         if active.should_roll(
             size, _now_ms(), settings.segment_bytes, roll_ms, batches[-1].last_offset
         ):
             active = self._roll(settings)
-        view = memoryview(buffer)
-        pieces: list[Piece] = []
-        for b in batches:
-            pieces += (served_prefix(b), view[b.position + PREFIX_SIZE : b.position + b.size])
         active.append(batches, pieces)
         for b in batches:
             self.leader_epochs.assign(b.partition_leader_epoch, b.base_offset)
         self._end = batches[-1].next_offset
-        self._unflushed += sum(b.last_offset_delta + 1 for b in batches)
+        self._unflushed += records
         if self._unflushed >= settings.flush_messages:
             self.flush()
 

@@ -238,7 +238,7 @@ class KafkaConnection(asyncio.Protocol):
         request.response_dequeue_ns = time.monotonic_ns()
         pieces = response.pieces
         if pieces and self.transport is not None and not self.closing:
-            request.response_bytes = sum(len(piece) for piece in pieces)
+            request.response_bytes = sum(map(len, pieces))
             regions = has_regions(pieces)
             if regions and self._can_sendfile():
                 self.writer = RegionWriter(

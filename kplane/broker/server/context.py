@@ -197,13 +197,13 @@ class RequestContext:
         """Send a body already serialized in pieces (Fetch keeps stored batches out of kio)."""
         if not self._claim():
             return
-        size = sum(len(p) for p in body_pieces)
+        size = sum(map(len, body_pieces))
         throttle_ms = self._throttle_ms(size)
         if throttle_ms > 0:
             body_pieces = patch_throttle_time(
                 self.api_key, self.api_version, body_pieces, throttle_ms
             )
-            size = sum(len(p) for p in body_pieces)  # a throttled Fetch is answered empty
+            size = sum(map(len, body_pieces))  # a throttled Fetch is answered empty
         prefix = response_frame_prefix(
             self.api_key, self.api_version, self.request.header.correlation_id, size
         )

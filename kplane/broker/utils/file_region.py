@@ -78,7 +78,10 @@ Transferable = bytes | memoryview | FileRegion
 
 def has_regions(pieces: Iterable[Transferable]) -> bool:
     """Whether any piece is a file region."""
-    return any(isinstance(p, FileRegion) for p in pieces)
+    for piece in pieces:  # noqa: SIM110 (a loop: no generator for a response's few pieces)
+        if isinstance(piece, FileRegion):
+            return True
+    return False
 
 
 def iter_bytes(pieces: Iterable[Transferable]) -> Iterator[bytes | memoryview]:
