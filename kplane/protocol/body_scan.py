@@ -81,8 +81,13 @@ def uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
             raise MalformedBody("unsigned varint longer than 5 bytes")
 
 
+_ONE_BYTE_UVARINTS = tuple(bytes((v,)) for v in range(0x80))
+
+
 def write_uvarint(value: int) -> bytes:
     """Encode an unsigned varint."""
+    if 0 <= value < 0x80:  # one byte: most counts and lengths
+        return _ONE_BYTE_UVARINTS[value]
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
