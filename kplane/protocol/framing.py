@@ -33,6 +33,10 @@ class InvalidRequestHeader(Exception):
 class FrameDecoder:
     """Turns a byte stream into frames; the size is checked before the body is buffered.
 
+    A frame split across reads is kept as views of the reads it arrived in and joined
+    once, when complete (one copy of its bytes, none while it arrives); the frames of one
+    read are cut out of it. Frames are ``bytes``: nothing changes them once handed out.
+
     ``max_size`` may change between feeds (a smaller bound before SASL authentication).
     With ``allocate``, a frame's bytes are asked of a memory pool as they arrive (its size
     prefix alone asks for none, but is refused when the pool has no room): a refusal leaves
@@ -43,9 +47,10 @@ class FrameDecoder:
 
     __slots__ = (
         "_allocate",
-        "_buffer",
+        "_buffered",
         "_frame_complete",
         "_need",
+        "_parts",
         "blocked",
         "frames",
         "max_size",
@@ -58,7 +63,8 @@ class FrameDecoder:
         allocate: Callable[[int], bool] | None = None,
         frame_complete: Callable[[], None] | None = None,
     ) -> None:
-        self._buffer = bytearray()
+        self._parts: list[memoryview] = []  # received, not yet in a frame: views of the reads
+        self._buffered = 0  # their bytes
         self.max_size = max_size
         self._allocate = allocate
         self._frame_complete = frame_complete
@@ -81,33 +87,84 @@ class FrameDecoder:
 
     def feed_into(self, data: bytes, out: MutableSequence[bytes]) -> None:
         """``feed``, appending the frames to ``out`` (those complete before a
-        ``FrameTooLarge`` are there too)."""
-        buf = self._buffer
-        if buf or self.blocked:
-            buf += data
+        ``FrameTooLarge`` are there too). ``data`` is kept, not copied, until its bytes
+        are in frames: it must not change."""
+        if self._parts:
+            self._parts.append(memoryview(data))
+            self._buffered += len(data)
             if not self.blocked:
-                del buf[: self._frames(buf, out)]
+                self._drain(out)
         else:  # nothing buffered: cut the frames out of ``data``, keep only its tail
-            pos = self._frames(data, out)
-            if pos < len(data):
-                buf += memoryview(data)[pos:]
+            self._keep(data, self._frames(data, out))
 
     def resume_into(self, out: MutableSequence[bytes]) -> None:
         """``resume``, appending the frames to ``out``."""
         self.blocked = False
-        del self._buffer[: self._frames(self._buffer, out)]
+        if self._parts:
+            self._drain(out)
 
-    def _frames(self, data: bytes | bytearray, out: MutableSequence[bytes]) -> int:
-        """Append the complete frames of ``data`` to ``out``; return the bytes used. The
-        frame being received, if any, starts at ``data[0]``."""
+    def _keep(self, data: bytes | memoryview, pos: int) -> None:
+        """Buffer ``data`` from ``pos`` on (nothing, when it was used up)."""
+        if pos < len(data):
+            self._parts.append(memoryview(data)[pos:])
+            self._buffered += len(data) - pos
+
+    def _drain(self, out: MutableSequence[bytes]) -> None:
+        """Append the frames completed by the buffered parts to ``out``: across parts a
+        size prefix or a frame at a time, then the rest of the last part in one pass."""
+        parts = self._parts
+        while len(parts) > 1:
+            if self._need < 0:
+                if self._buffered < 4:
+                    return
+                (size,) = _SIZE.unpack(b"".join(part[:4] for part in parts[:4])[:4])
+                if size < 0 or size > self.max_size:
+                    raise FrameTooLarge(size, self.max_size)
+                if not self._hold(min(self._buffered - 4, size)):
+                    return
+                self._need = size
+                self._take(4)
+            else:
+                arrived = min(self._buffered, self._need)
+                if arrived > self.reserved and not self._hold(arrived - self.reserved):
+                    return
+            if self._buffered < self._need:
+                return
+            out.append(self._take(self._need))
+            self._end_frame()
+            self.frames += 1
+        if parts:
+            rest = parts.pop()
+            self._buffered = 0
+            self._keep(rest, self._frames(rest, out))
+
+    def _take(self, size: int) -> bytes:
+        """The first ``size`` buffered bytes, joined (their one copy), no longer buffered."""
+        parts = self._parts
+        taken: list[memoryview] = []
+        left = size
+        while left:
+            part = parts[0]
+            if len(part) > left:
+                taken.append(part[:left])
+                parts[0] = part[left:]
+                break
+            taken.append(parts.pop(0))
+            left -= len(part)
+        self._buffered -= size
+        return b"".join(taken)
+
+    def _frames(self, data: bytes | memoryview, out: MutableSequence[bytes]) -> int:
+        """Append the complete frames of one read, ``data``, to ``out``; return the bytes
+        used. The frame being received, if any, starts at ``data[0]``."""
         pos = 0
         end = len(data)
-        with memoryview(data) as view:  # one copy per frame
+        with memoryview(data) as view:  # one copy per frame: a frame is bytes
             while True:
                 if self._need < 0:
                     if end - pos < 4:
                         break
-                    (size,) = _SIZE.unpack_from(data, pos)
+                    (size,) = _SIZE.unpack_from(view, pos)
                     if size < 0 or size > self.max_size:
                         raise FrameTooLarge(size, self.max_size)
                     if not self._hold(min(end - pos - 4, size)):
@@ -148,19 +205,20 @@ class FrameDecoder:
         reserved = self.reserved
         if self._need >= 0:
             self._end_frame()
-        self._buffer.clear()
+        self._parts.clear()
+        self._buffered = 0
         self.blocked = False
         return reserved
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet part of a complete frame."""
-        return len(self._buffer)
+        return self._buffered
 
     @property
     def receiving(self) -> bool:
         """Part of a frame (or of its size prefix) has arrived, not all of it."""
-        return self._need >= 0 or bool(self._buffer)
+        return self._need >= 0 or bool(self._parts)
 
     @property
     def frame_size(self) -> int | None:
