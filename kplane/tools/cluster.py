@@ -56,7 +56,7 @@ def add_parser(sub: Any) -> None:
     down.set_defaults(func=run_down)
 
 
-SINGLE_REQUEST_QUEUE = ("kplane.produce.on.network.threads", "false")
+SINGLE_REQUEST_QUEUE = ("kplane.produce.on.network.threads.max.bytes", "0")
 """Kafka before KIP-291: every request of the data plane, Produce too, through its one
 request queue, where controller requests wait behind data."""
 

@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 
 from kplane.protocol import api
 from kplane.protocol.errors import ErrorCode
-from kplane.protocol.records import build_batch
+from kplane.protocol.records import Record, build_batch
 from kplane.testing.broker_view import RequestInfo
 from kplane.testing.plugin import RunningBroker
 from kplane.testing.wire import WireClient
@@ -401,27 +401,32 @@ def test_data_plane_threads_can_give_way_to_the_control_plane(broker_factory) ->
 
 
 @pytest.mark.parametrize(
-    ("control_plane", "setting", "role"),
+    ("control_plane", "max_bytes", "value_bytes", "role"),
     [
-        (True, None, "network-thread"),
-        (False, None, "network-thread"),
-        (False, "false", "request-handler"),
-        (True, "false", "request-handler"),
+        (True, None, 10, "network-thread"),
+        (False, None, 10, "network-thread"),
+        (False, None, 70_000, "request-handler"),  # over the default 65536
+        (False, "100000", 70_000, "network-thread"),
+        (False, "0", 10, "request-handler"),
+        (True, "0", 10, "request-handler"),
     ],
 )
-def test_where_produce_is_handled(broker_factory, control_plane, setting, role) -> None:
-    """``kplane.produce.on.network.threads``: on the data-plane network thread that read the
-    request (the default, with or without a control plane), else on a request handler;
-    either way the answer is the same."""
+def test_where_produce_is_handled(
+    broker_factory, control_plane, max_bytes, value_bytes, role
+) -> None:
+    """``kplane.produce.on.network.threads.max.bytes``: a Produce up to that size is handled
+    on the data-plane network thread that read it (with or without a control plane), a
+    larger one (all, with 0) on a request handler; either way the answer is the same."""
     overrides = dict(CONTROLLER_OVERRIDES) if control_plane else {}
-    if setting is not None:
-        overrides["kplane.produce.on.network.threads"] = setting
+    if max_bytes is not None:
+        overrides["kplane.produce.on.network.threads.max.bytes"] = max_bytes
     broker = broker_factory(overrides)
     broker.create_topic("where", 1)
     threads: list[str] = []
     broker.on_request("Produce", lambda _info: threads.append(threading.current_thread().name))
+    batch = build_batch([Record(b"k", b"v" * value_bytes)])
     with broker.wire("PLAINTEXT") as data:
-        assert _produce_error(data, "where") == ErrorCode.none
-        assert _produce_error(data, "where") == ErrorCode.none
+        for _ in range(2):
+            assert produce(data, "where", batch, acks=1).error_code == ErrorCode.none
     assert len(threads) == 2
     assert all(name.startswith(f"data-plane-kafka-{role}-") for name in threads), threads

@@ -170,7 +170,7 @@ def test_cluster_brokers_as_kplane_cluster_up_lays_them_out() -> None:
     )
     assert "listeners=CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0" in shared
     assert not any(o.startswith("control.plane.listener.name") for o in shared)
-    assert "kplane.produce.on.network.threads=false" in shared  # Kafka's single queue
+    assert "kplane.produce.on.network.threads.max.bytes=0" in shared  # Kafka's single queue
     assert not any(o.startswith("kplane.produce.on.network.threads") for o in separated)
     assert (
         "listeners=CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0,CONTROLLER://127.0.0.1:0"

@@ -40,7 +40,7 @@ def test_scenario_brokers() -> None:
     assert shared["listener.security.protocol.map"] == "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT"
     assert shared["inter.broker.listener.name"] == "INTERNAL"
     assert "control.plane.listener.name" not in shared
-    assert shared["kplane.produce.on.network.threads"] == "false"  # Kafka's single queue
+    assert shared["kplane.produce.on.network.threads.max.bytes"] == "0"  # Kafka's single queue
     assert SCENARIOS["shared"].control_listener == "INTERNAL"
 
     for props in (idle, separated):
@@ -49,7 +49,7 @@ def test_scenario_brokers() -> None:
         )
         assert "CONTROLLER:PLAINTEXT" in props["listener.security.protocol.map"]
         assert props["control.plane.listener.name"] == "CONTROLLER"
-        assert "kplane.produce.on.network.threads" not in props
+        assert "kplane.produce.on.network.threads.max.bytes" not in props
     assert SCENARIOS["separated"].control_listener == "CONTROLLER"
 
     for props in (idle, shared, separated):

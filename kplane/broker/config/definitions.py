@@ -686,12 +686,14 @@ _DECLARED: tuple[ActedOn | ConfigDef, ...] = (
               "Where partition logs live: file (Kafka's segments under log.dirs, kept across "
               "restarts) or memory (gone at exit; for fast test brokers).", H, RO,
               OneOf(("file", "memory"))),
-    ConfigDef("kplane.produce.on.network.threads", T.BOOLEAN, True,
-              "Whether the data plane's network threads handle Produce requests themselves "
-              "instead of queueing them for num.io.threads handlers. Handling a small "
-              "Produce on the thread that read it costs a quarter less CPU and no thread "
-              "switches. false keeps Kafka's single request queue for Produce too, as the "
-              "load test's shared scenarios do (KIP-291's baseline).", L, RO),
+    ConfigDef("kplane.produce.on.network.threads.max.bytes", T.INT, 65536,
+              "Produce requests of at most this many bytes are handled by the data-plane "
+              "network thread that read them instead of being queued for the num.io.threads "
+              "handlers; larger ones go through the queue, as every request does in Kafka, so "
+              "the network thread goes on reading while a handler appends them. Handling a "
+              "small Produce on the thread that read it costs a quarter less CPU and no "
+              "thread switches. 0 queues every Produce, as the load test's shared scenarios "
+              "do (KIP-291's baseline).", L, RO, at_least(0)),
     ConfigDef("kplane.metrics.host", T.STRING, "127.0.0.1",
               "Address the Prometheus HTTP exposition binds.", M, RO),
 )

@@ -143,13 +143,16 @@ class RequestChannel:
         self.throttler: ResponseThrottler | None = None
         """Client quotas, set on the data plane (the control plane is never throttled)."""
         self._on_processor: dict[int, Callable[[Request], None]] = {}
+        self._on_processor_max_bytes = 0
 
     def serve_on_processors(
-        self, api_keys: Iterable[int], handle: Callable[[Request], None]
+        self, api_keys: Iterable[int], handle: Callable[[Request], None], max_bytes: int
     ) -> None:
-        """Handle requests of ``api_keys`` with ``handle`` on the Processor that read them."""
+        """Handle requests of ``api_keys`` of at most ``max_bytes`` with ``handle`` on the
+        Processor that read them (larger ones are queued)."""
         for key in api_keys:
             self._on_processor[key] = handle
+        self._on_processor_max_bytes = max_bytes
 
     def register_gauges(self, metrics: BrokerMetrics) -> None:
         """The plane's KIP-291 gauges: its request queue, its Processors' response queues
@@ -173,9 +176,9 @@ class RequestChannel:
 
     def send_request(self, request: Request) -> None:
         """Enqueue a request, blocking while the queue is full; one of an API served on the
-        Processors is handled at once, on the calling thread."""
+        Processors, and small enough, is handled at once, on the calling thread."""
         handle = self._on_processor.get(request.header.api_key)
-        if handle is None:
+        if handle is None or len(request.frame) > self._on_processor_max_bytes:
             self._queue.put(request)
             return
         request.dequeue_ns = time.monotonic_ns()

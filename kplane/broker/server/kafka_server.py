@@ -814,8 +814,8 @@ class KafkaServer:
 
     def _handler_pool(self, channel: RequestChannel) -> RequestHandlerPool:
         plane = channel.plane
-        on_network_threads = self.static_config.get_bool("kplane.produce.on.network.threads")
-        if not plane.is_control and on_network_threads:
+        max_bytes = self.static_config.get_int("kplane.produce.on.network.threads.max.bytes")
+        if not plane.is_control and max_bytes > 0:
             priority = self.priority
 
             def on_processor(request: Request) -> None:
@@ -823,7 +823,7 @@ class KafkaServer:
                     priority.yield_to_control()  # as a data-plane handler thread does
                 self.apis.handle(request, channel)
 
-            channel.serve_on_processors(PROCESSOR_APIS, on_processor)
+            channel.serve_on_processors(PROCESSOR_APIS, on_processor, max_bytes)
         threads = plane.handler_threads
         meter = self.metrics.idle_meter(
             plane.handler_idle_metric, {"plane": plane.name}, pool_size=threads
