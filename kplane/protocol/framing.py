@@ -141,16 +141,16 @@ class FrameDecoder:
     def _take(self, size: int) -> bytes:
         """The first ``size`` buffered bytes, joined (their one copy), no longer buffered."""
         parts = self._parts
-        taken: list[memoryview] = []
+        whole = 0  # parts wholly taken
         left = size
-        while left:
-            part = parts[0]
-            if len(part) > left:
-                taken.append(part[:left])
-                parts[0] = part[left:]
-                break
-            taken.append(parts.pop(0))
-            left -= len(part)
+        while left and len(parts[whole]) <= left:
+            left -= len(parts[whole])
+            whole += 1
+        taken = parts[:whole]
+        if left:
+            taken.append(parts[whole][:left])
+            parts[whole] = parts[whole][left:]
+        del parts[:whole]
         self._buffered -= size
         return b"".join(taken)
 
