@@ -332,21 +332,8 @@ def _parse_batch_header(
             f"only {remaining} left in the buffer",
         )
     assert fields is not None  # size >= BATCH_HEADER_SIZE fits in what remains
-    (
-        base_offset,
-        _,
-        partition_leader_epoch,
-        _,
-        crc,
-        attributes,
-        last_offset_delta,
-        base_timestamp,
-        max_timestamp,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        record_count,
-    ) = fields
+    crc, attributes, last_offset_delta = fields[4:7]
+    record_count = fields[12]
     if verify_crc:
         computed = _crc32c.crc32c(view[pos + _ATTRIBUTES_POS : pos + size])
         if computed != crc:
@@ -371,22 +358,9 @@ def _parse_batch_header(
             ErrorCode.invalid_record,
             f"batch at byte {pos} has unknown compression codec id {compression}",
         )
-    return BatchHeader(  # positional: the fields' order
-        pos,
-        size,
-        base_offset,
-        partition_leader_epoch,
-        magic,
-        crc,
-        attributes,
-        last_offset_delta,
-        base_timestamp,
-        max_timestamp,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        record_count,
-    )
+    # Positional, in the fields' order: position, size, baseOffset, partitionLeaderEpoch,
+    # then the header as unpacked from magic on.
+    return BatchHeader(pos, size, fields[0], fields[2], *fields[3:])
 
 
 def _byte_view(buffer: Buffer) -> memoryview:
