@@ -49,10 +49,11 @@ _TOPIC_MIN = 1 + 1  # at least an empty name and an empty partition array
 
 @dataclass(slots=True)
 class PartitionProduceData:
-    """One partition's records (None when the request sent null)."""
+    """One partition's records (None when the request sent null): a view of the request's
+    frame, not a copy."""
 
     index: int
-    records: bytes | None
+    records: memoryview | None
 
 
 @dataclass(slots=True)
@@ -137,7 +138,7 @@ def decode_produce_request(version: int, buf: bytes, offset: int) -> ProduceRequ
             if n >= 0:
                 if pos + n > end:
                     raise MalformedBody(f"records: {n} bytes needed, {end - pos} left")
-                records = bytes(buf[pos : pos + n])
+                records = memoryview(buf)[pos : pos + n]
                 pos += n
             if flexible:
                 pos = skip_tagged_fields(buf, pos, end)

@@ -50,7 +50,10 @@ class ValidationPolicy:
 
 
 def validate_batches(
-    buffer: bytes, batches: Sequence[BatchHeader], policy: ValidationPolicy, now_ms: int
+    buffer: bytes | memoryview,
+    batches: Sequence[BatchHeader],
+    policy: ValidationPolicy,
+    now_ms: int,
 ) -> None:
     """Check every batch of ``buffer`` (found by ``scan_batches``); raise on the first
     failure, so that a refused request appends nothing."""
@@ -131,13 +134,15 @@ def _check_batch_fields(batch: BatchHeader, policy: ValidationPolicy) -> None:
         )
 
 
-def _records(buffer: bytes, batch: BatchHeader, policy: ValidationPolicy) -> tuple[bytes, int, int]:
+def _records(
+    buffer: bytes | memoryview, batch: BatchHeader, policy: ValidationPolicy
+) -> tuple[bytes | memoryview, int, int]:
     """The bytes holding the batch's records, and where in them they start and end."""
     start = batch.position + BATCH_HEADER_SIZE
     end = batch.position + batch.size
     if batch.compression == COMPRESSION_NONE:
         return buffer, start, end
-    data = inflate(batch, buffer[start:end], policy.max_decompressed_bytes)
+    data = inflate(batch, bytes(buffer[start:end]), policy.max_decompressed_bytes)
     return data, 0, len(data)
 
 

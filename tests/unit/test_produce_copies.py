@@ -1,14 +1,21 @@
 """A produced batch's bytes on their way from the socket to the log: a frame split across
 reads is joined once (no buffer grown while it arrives, no second copy when it ends), and
-handed out as ``bytes`` that later reads leave alone."""
+handed out as ``bytes`` that later reads leave alone; a Produce request's records are a
+view of that frame; the memory log keeps the view when it is most of its frame."""
 
 from __future__ import annotations
 
+import datetime
 import struct
 import tracemalloc
 
+from kplane.broker.log.log import MemoryLog
+from kplane.protocol import api
 from kplane.protocol.framing import FrameDecoder
+from kplane.protocol.produce_codec import decode_produce_request
+from kplane.protocol.records import Record, build_batch, number_batches, scan_batches
 
+PRODUCE = 0
 MIB = 1 << 20
 
 
@@ -44,3 +51,49 @@ def test_a_frame_handed_out_does_not_change_when_more_bytes_arrive() -> None:
     assert decoder.feed(stream[5020:]) == [third]
     assert decoder.feed(_stream(b"z" * 3000, b"y" * 2000)) == [b"z" * 3000, b"y" * 2000]
     assert out == [first, second]
+
+
+def _produce_frame(*batches: bytes) -> bytes:
+    module = api.request_module(PRODUCE, 9)
+    partitions = tuple(
+        api.make(module.PartitionProduceData, index=i, records=b) for i, b in enumerate(batches)
+    )
+    topic = api.make(module.TopicProduceData, name="t", partition_data=partitions)
+    return api.encode(
+        api.make(
+            api.request_class(PRODUCE, 9),
+            transactional_id=None,
+            acks=1,
+            timeout=datetime.timedelta(seconds=30),
+            topic_data=(topic,),
+        )
+    )
+
+
+def test_produce_records_are_a_view_of_the_frame() -> None:
+    batches = (build_batch([Record(None, b"v" * 1000)]), build_batch([Record(b"k", b"w")]))
+    frame = _produce_frame(*batches)
+    [topic] = decode_produce_request(9, frame, 0).topic_data
+    for partition, batch in zip(topic.partition_data, batches, strict=True):
+        records = partition.records
+        assert isinstance(records, memoryview) and records.obj is frame
+        assert records == batch
+
+
+def _stored(log: MemoryLog) -> list[memoryview]:
+    return [p for p in log.read(0, MIB, True) if isinstance(p, memoryview)]
+
+
+def test_the_memory_log_keeps_a_view_of_most_of_a_frame_and_copies_a_small_part() -> None:
+    big, small = build_batch([Record(None, b"v" * 5000)]), build_batch([Record(None, b"s")])
+    frame = _produce_frame(big, small)
+    [topic] = decode_produce_request(9, frame, 0).topic_data
+    logs = [MemoryLog(), MemoryLog()]
+    for log, partition in zip(logs, topic.partition_data, strict=True):
+        assert partition.records is not None
+        batches = scan_batches(partition.records)
+        number_batches(batches, 0, 0)
+        log.append(partition.records, batches)
+    [kept], [copied] = _stored(logs[0]), _stored(logs[1])
+    assert kept.obj is frame and kept == big[16:]
+    assert copied.obj is not frame and copied == small[16:]

@@ -371,7 +371,7 @@ class FileLog(Log):
         return self._settings()
 
     @_storage("append to")
-    def append(self, buffer: bytes, batches: list[BatchHeader]) -> None:
+    def append(self, buffer: bytes | memoryview, batches: list[BatchHeader]) -> None:
         settings = self._settings()
         view = memoryview(buffer)
         pieces: list[Piece] = []

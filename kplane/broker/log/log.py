@@ -166,7 +166,7 @@ class Log(ABC):
         """Bytes stored."""
 
     @abstractmethod
-    def append(self, buffer: bytes, batches: list[BatchHeader]) -> None:
+    def append(self, buffer: bytes | memoryview, batches: list[BatchHeader]) -> None:
         """Store ``batches`` of ``buffer``; their headers carry the assigned offsets and
         leader epoch, which the leader epoch cache takes when newer."""
 
@@ -319,7 +319,7 @@ class _Columns:
     __slots__ = ("buffers", "lasts", "max_ts", "positions", "prefixes", "sizes")
 
     def __init__(self) -> None:
-        self.buffers: list[bytes] = []
+        self.buffers: list[bytes | memoryview] = []
         self.prefixes: list[bytes] = []
         self.positions = array("q")
         self.sizes = array("q")
@@ -350,11 +350,12 @@ class _Columns:
 class MemoryLog(Log):
     """A log held in memory: appended buffers, and per batch its place in them.
 
-    Buffers are kept as the producer's request delivered them; each batch is served as
-    its ``served_prefix`` (assigned offset and leader epoch) followed by its stored bytes
-    from byte 16 on, so neither append nor read copies record data. Positions and
-    offsets live in ``array`` columns, so a long log adds almost nothing for the garbage
-    collector to walk. The leader epoch cache is kept without a checkpoint file.
+    Buffers are kept as the producer's request delivered them: a view of the request's
+    frame, copied only when less than half of it (a view keeps the whole frame alive).
+    Each batch is served as its ``served_prefix`` (assigned offset and leader epoch)
+    followed by its stored bytes from byte 16 on, so a read copies no record data.
+    Positions and offsets live in ``array`` columns, so a long log adds almost nothing
+    for the garbage collector to walk. The leader epoch cache is kept without a checkpoint file.
     """
 
     def __init__(self, start_offset: int = 0) -> None:
@@ -379,7 +380,9 @@ class MemoryLog(Log):
     def size_bytes(self) -> int:
         return self._size
 
-    def append(self, buffer: bytes, batches: list[BatchHeader]) -> None:
+    def append(self, buffer: bytes | memoryview, batches: list[BatchHeader]) -> None:
+        if isinstance(buffer, memoryview) and 2 * buffer.nbytes < memoryview(buffer.obj).nbytes:
+            buffer = buffer.tobytes()  # a view keeps its whole frame alive: not for a small part
         with self.lock:
             cols = self._cols
             for b in batches:

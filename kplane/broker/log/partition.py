@@ -255,7 +255,9 @@ class Partition:
         first = self.log.first_unstable_offset
         return hw if first is None else min(first, hw)
 
-    def append_records_as_leader(self, records: bytes, batches: list[BatchHeader]) -> LogAppendInfo:
+    def append_records_as_leader(
+        self, records: bytes | memoryview, batches: list[BatchHeader]
+    ) -> LogAppendInfo:
         """Assign offsets, check producer sequences and transactions, and append. A retried
         batch is not appended again: its earlier offsets are returned."""
         with self._lock:

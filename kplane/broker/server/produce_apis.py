@@ -103,7 +103,7 @@ class ProducePartition:
     """The topic as the request named it: its name, or its id from v13."""
     index: int
     tp: TopicPartition | None
-    records: bytes | None
+    records: memoryview | None
     result: AppendResult | None = None
 
 

@@ -273,7 +273,7 @@ class ReplicaManager:
     def append(
         self,
         tp: TopicPartition,
-        records: bytes | None,
+        records: bytes | memoryview | None,
         acks: int,
         produce_version: int,
         now_ms: int | None = None,
