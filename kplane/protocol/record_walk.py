@@ -44,11 +44,9 @@ _LAST = 2  # the byte has its continuation bit clear
 _DELTA = 3  # the byte is byte ``argument`` of the offset delta varint of that width
 
 Check = tuple[int, int, int]
-Data = bytes | memoryview
-"""Records as produced (a view of the request) or decompressed (bytes)."""
 
 
-def _nullable_bytes(data: Data, p: int, index: int, what: str, marks: list[int]) -> int:
+def _nullable_bytes(data: bytes, p: int, index: int, what: str, marks: list[int]) -> int:
     """Skip a varint length (-1 for null) and its bytes; mark where the bytes start."""
     raw = data[p]
     p += 1
@@ -65,7 +63,7 @@ def _refuse(index: int, message: str) -> InvalidRecordError:
     return InvalidRecordError(ErrorCode.invalid_record, text, ((index, text),))
 
 
-def _parse(data: Data, pos: int, end: int, index: int) -> tuple[list[int], int]:
+def _parse(data: bytes, pos: int, end: int, index: int) -> tuple[list[int], int]:
     """Check one record at ``pos``; return its field marks and its timestamp delta.
 
     The marks are where the length, attributes, timestamp delta, offset delta, key length,
@@ -125,7 +123,7 @@ def _parse(data: Data, pos: int, end: int, index: int) -> tuple[list[int], int]:
             if raw & 1 or p > stop:
                 raise _refuse(index, f"invalid header key length {(raw >> 1) ^ -(raw & 1)}")
             try:
-                str(data[key:p], "utf-8")
+                data[key:p].decode("utf-8")
             except UnicodeDecodeError:
                 raise _refuse(index, "header key is not UTF-8") from None
             marks += (key, p)
@@ -142,7 +140,7 @@ def _parse(data: Data, pos: int, end: int, index: int) -> tuple[list[int], int]:
     return marks, ts_delta
 
 
-def _run_checks(data: Data, marks: list[int]) -> list[Check] | None:
+def _run_checks(data: bytes, marks: list[int]) -> list[Check] | None:
     """The byte checks that records of the same layout as ``marks`` must pass; None when
     the layout cannot be checked across records (a non-ASCII header key)."""
     start, body, ts_at, od_at, key_at, key, value_at, value, count_at = marks[:9]
@@ -155,7 +153,7 @@ def _run_checks(data: Data, marks: list[int]) -> list[Check] | None:
     same.append((count_at, headers[0] if headers else marks[-1]))
     for h in range(0, len(headers), 4):
         key_len_at, header_key, value_len_at, header_value = headers[h : h + 4]
-        if not bytes(data[header_key:value_len_at]).isascii():
+        if not data[header_key:value_len_at].isascii():
             return None
         checks += ((_LAST, p - start, 0) for p in range(header_key, value_len_at))
         same += ((key_len_at, header_key), (value_len_at, header_value))
@@ -186,14 +184,14 @@ def _prefix(column: bytes, fill: int) -> int:
 
 
 def _matching(
-    data: Data, first: int, stride: int, count: int, checks: list[Check], index: int
+    data: bytes, first: int, stride: int, count: int, checks: list[Check], index: int
 ) -> int:
     """How many of the ``count`` records at ``first``, ``first + stride``, ... (indexes from
     ``index``) pass every check, counted from the first."""
     good = count
     last = first + (count - 1) * stride + 1
     for kind, offset, arg in checks:
-        column = bytes(data[first + offset : last + offset : stride])
+        column = data[first + offset : last + offset : stride]
         if kind == _SAME:
             if column.count(arg) != count:
                 good = min(good, _prefix(column, arg))
@@ -225,7 +223,7 @@ def _width(index: int) -> int:
     return 3 if index < 1 << 20 else 4
 
 
-def _run(data: Data, pos: int, end: int, count: int, index: int, marks: list[int]) -> int:
+def _run(data: bytes, pos: int, end: int, count: int, index: int, marks: list[int]) -> int:
     """How many records after the one at ``pos`` (record ``index``, parsed into ``marks``)
     share its layout, up to the ``count`` the batch still declares."""
     size = marks[-1] - pos
@@ -267,7 +265,7 @@ class RecordRefusal:
 
 
 def walk_records(
-    data: Data,
+    data: bytes,
     pos: int,
     end: int,
     count: int,

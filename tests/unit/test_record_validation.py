@@ -92,12 +92,12 @@ def _record_bytes(batch: bytes) -> bytes:
     return batch[BATCH_HEADER_SIZE:]
 
 
-def _walk_each(data: bytes | memoryview, count: int) -> None:
+def _walk_each(data: bytes, count: int) -> None:
     """The record-by-record walk: a timestamp check that accepts all turns runs off."""
     walk_records(data, BATCH_HEADER_SIZE, len(data), count, lambda _i, _d: None)
 
 
-def _walk_runs(data: bytes | memoryview, count: int) -> None:
+def _walk_runs(data: bytes, count: int) -> None:
     walk_records(data, BATCH_HEADER_SIZE, len(data), count)
 
 
@@ -283,13 +283,12 @@ def test_strided_walk_agrees_with_the_record_by_record_walk(data: st.DataObject)
     raw = bytes(batch)
     verdicts = []
     for walk in (_walk_each, _walk_runs):
-        for records in (raw, _in_frame(raw)):
-            try:
-                walk(records, count)
-                verdicts.append(None)
-            except InvalidRecordError as exc:
-                verdicts.append(exc.record_errors[0][0] if exc.record_errors else -1)
-    assert len(set(verdicts)) == 1, verdicts
+        try:
+            walk(raw, count)
+            verdicts.append(None)
+        except InvalidRecordError as exc:
+            verdicts.append(exc.record_errors[0][0] if exc.record_errors else -1)
+    assert verdicts[0] == verdicts[1], verdicts
     if verdicts[0] is None:
         decoded = list(DefaultRecordBatch(raw))
         assert [r.offset for r in decoded] == list(range(count))
