@@ -14,6 +14,8 @@ from kplane.protocol import api
 _SIZE = struct.Struct(">i")
 _HEADER_FIXED = struct.Struct(">hhi")
 _HEADER_V1 = struct.Struct(">hhih")  # ... and the client id's length
+_SMALL_READ = 4096
+"""Reads shorter than this are gathered into one buffer while a frame is assembled."""
 _RESP_V0 = struct.Struct(">ii")
 
 
@@ -63,7 +65,8 @@ class FrameDecoder:
         allocate: Callable[[int], bool] | None = None,
         frame_complete: Callable[[], None] | None = None,
     ) -> None:
-        self._parts: list[memoryview] = []  # received, not yet in a frame: views of the reads
+        # Received, not yet in a frame: views of the reads (small ones gathered in bytearrays).
+        self._parts: list[memoryview | bytearray] = []
         self._buffered = 0  # their bytes
         self.max_size = max_size
         self._allocate = allocate
@@ -90,7 +93,7 @@ class FrameDecoder:
         ``FrameTooLarge`` are there too). ``data`` is kept, not copied, until its bytes
         are in frames: it must not change."""
         if self._parts:
-            self._parts.append(memoryview(data))
+            self._add_part(data)
             self._buffered += len(data)
             if not self.blocked:
                 self._drain(out)
@@ -103,11 +106,29 @@ class FrameDecoder:
         if self._parts:
             self._drain(out)
 
-    def _keep(self, data: bytes | memoryview, pos: int) -> None:
-        """Buffer ``data`` from ``pos`` on (nothing, when it was used up)."""
-        if pos < len(data):
+    def _add_part(self, data: bytes) -> None:
+        """Buffer a whole read: a view of it, or, for a small read, its bytes appended to
+        the last part when that is a small reads' buffer too, so a frame dribbled in tiny
+        reads costs its bytes, not an object each."""
+        parts = self._parts
+        if len(data) >= _SMALL_READ:
+            parts.append(memoryview(data))
+            return
+        last = parts[-1]
+        if type(last) is bytearray and len(last) < _SMALL_READ:
+            last += data
+        else:
+            parts.append(bytearray(data))
+
+    def _keep(self, data: bytes | bytearray | memoryview, pos: int) -> None:
+        """Buffer ``data`` from ``pos`` on (nothing, when it was used up): a view, or a copy
+        of a short tail, which then gathers the small reads after it."""
+        size = len(data) - pos
+        if size >= _SMALL_READ:
             self._parts.append(memoryview(data)[pos:])
-            self._buffered += len(data) - pos
+        elif size > 0:
+            self._parts.append(bytearray(memoryview(data)[pos:]))
+        self._buffered += max(size, 0)
 
     def _drain(self, out: MutableSequence[bytes]) -> None:
         """Append the frames completed by the buffered parts to ``out``: across parts a
@@ -154,7 +175,9 @@ class FrameDecoder:
         self._buffered -= size
         return b"".join(taken)
 
-    def _frames(self, data: bytes | memoryview, out: MutableSequence[bytes]) -> int:
+    def _frames(
+        self, data: bytes | bytearray | memoryview, out: MutableSequence[bytes]
+    ) -> int:
         """Append the complete frames of one read, ``data``, to ``out``; return the bytes
         used. The frame being received, if any, starts at ``data[0]``."""
         pos = 0

@@ -40,6 +40,22 @@ def test_a_frame_split_across_reads_is_copied_once() -> None:
     assert peak < 1.1 * MIB  # the frame itself; a buffer grown and then copied is twice that
 
 
+def test_a_frame_dribbled_in_tiny_reads_costs_its_bytes_not_an_object_a_read() -> None:
+    frame = b"x" * 65536
+    stream = _stream(frame)
+    decoder = FrameDecoder(MIB)
+    got: list[bytes] = []
+    tracemalloc.start()
+    try:
+        for i in range(len(stream)):
+            got += decoder.feed(stream[i : i + 1])
+        _size, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got == [frame]
+    assert peak < 4 * len(frame)  # a view kept for each read would be ~200 bytes a byte
+
+
 def test_a_frame_handed_out_does_not_change_when_more_bytes_arrive() -> None:
     first, second, third = b"a" * 3000, b"b" * 2000, b"c" * 50
     stream = _stream(first, second, third)
