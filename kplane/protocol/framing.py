@@ -175,9 +175,7 @@ class FrameDecoder:
         self._buffered -= size
         return b"".join(taken)
 
-    def _frames(
-        self, data: bytes | bytearray | memoryview, out: MutableSequence[bytes]
-    ) -> int:
+    def _frames(self, data: bytes | bytearray | memoryview, out: MutableSequence[bytes]) -> int:
         """Append the complete frames of one read, ``data``, to ``out``; return the bytes
         used. The frame being received, if any, starts at ``data[0]``."""
         pos = 0
