@@ -20,7 +20,9 @@ from kplane.protocol.body_scan import MalformedBody
 from kplane.protocol.wire_codec import (
     I32,
     length_prefix,
+    read_count,
     read_length,
+    read_text,
     skip_tagged_fields,
     string_field,
 )
@@ -106,12 +108,12 @@ def decode_produce_request(version: int, buf: bytes, offset: int) -> ProduceRequ
     by_id = version >= TOPIC_ID_SINCE
     end = len(buf)
     n, pos = read_length(buf, offset, end, flexible, False, "transactional_id")
-    transactional_id = None if n < 0 else _text(buf, pos, n, end, "transactional_id")
+    transactional_id = None if n < 0 else read_text(buf, pos, n, end, "transactional_id")
     pos += max(n, 0)
     if pos + 6 > end:
         raise MalformedBody(f"acks and timeout_ms: 6 bytes needed, {end - pos} left")
     acks, timeout_ms = _HEAD.unpack_from(buf, pos)
-    count, pos = _count(buf, pos + 6, end, flexible, _TOPIC_MIN, "topic_data")
+    count, pos = read_count(buf, pos + 6, end, flexible, _TOPIC_MIN, "topic_data")
     topics = []
     for _ in range(count):
         name: str | None = None
@@ -125,10 +127,10 @@ def decode_produce_request(version: int, buf: bytes, offset: int) -> ProduceRequ
             n, pos = read_length(buf, pos, end, flexible, False, "name")
             if n < 0:
                 raise MalformedBody("name: null where not nullable")
-            name = _text(buf, pos, n, end, "name")
+            name = read_text(buf, pos, n, end, "name")
             pos += n
         partitions = []
-        partition_count, pos = _count(buf, pos, end, flexible, _PARTITION_MIN, "partition_data")
+        partition_count, pos = read_count(buf, pos, end, flexible, _PARTITION_MIN, "partition_data")
         for _ in range(partition_count):
             if pos + 4 > end:
                 raise MalformedBody(f"index: 4 bytes needed, {end - pos} left")
@@ -149,28 +151,6 @@ def decode_produce_request(version: int, buf: bytes, offset: int) -> ProduceRequ
     if flexible:
         skip_tagged_fields(buf, pos, end)
     return ProduceRequestData(transactional_id, acks, timeout_ms, tuple(topics))
-
-
-def _text(buf: bytes, pos: int, n: int, end: int, what: str) -> str:
-    """The UTF-8 string of ``n`` bytes at ``pos``."""
-    if pos + n > end:
-        raise MalformedBody(f"{what}: {n} bytes needed, {end - pos} left")
-    try:
-        return bytes(buf[pos : pos + n]).decode()
-    except UnicodeDecodeError as exc:
-        raise MalformedBody(f"{what}: not UTF-8") from exc
-
-
-def _count(
-    buf: bytes, pos: int, end: int, flexible: bool, element_min: int, what: str
-) -> tuple[int, int]:
-    """A non-nullable array's count, at most what the bytes left can hold."""
-    n, pos = read_length(buf, pos, end, flexible, True, what)
-    if n < 0:
-        raise MalformedBody(f"{what}: null where not nullable")
-    if n * element_min > end - pos:
-        raise MalformedBody(f"{what}: {n} elements announced, {end - pos} bytes left")
-    return n, pos
 
 
 def encode_produce_response(

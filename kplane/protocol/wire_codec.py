@@ -62,11 +62,7 @@ class WireReader:
 
     def count(self, flexible: bool, element_min: int, what: str) -> int:
         """A non-nullable array's count, at most what the bytes left can hold."""
-        n = self.length(flexible, True, what)
-        if n < 0:
-            raise MalformedBody(f"{what}: null where not nullable")
-        if n * element_min > self.end - self.pos:
-            raise MalformedBody(f"{what}: {n} elements announced, {self.end - self.pos} bytes left")
+        n, self.pos = read_count(self.buf, self.pos, self.end, flexible, element_min, what)
         return n
 
     def string(self, flexible: bool, nullable: bool, what: str) -> str | None:
@@ -75,11 +71,9 @@ class WireReader:
             if nullable:
                 return None
             raise MalformedBody(f"{what}: null where not nullable")
-        start = self.take(n, what)
-        try:
-            return bytes(self.buf[start : start + n]).decode()
-        except UnicodeDecodeError as exc:
-            raise MalformedBody(f"{what}: not UTF-8") from exc
+        text = read_text(self.buf, self.pos, n, self.end, what)
+        self.pos += n
+        return text
 
     def nullable_bytes(self, flexible: bool, what: str) -> bytes | None:
         n = self.length(flexible, True, what)
@@ -118,6 +112,29 @@ def read_length(
     if pos + size > end:
         raise MalformedBody(f"{what}: {size} bytes needed, {end - pos} left")
     return (I32 if wide else I16).unpack_from(buf, pos)[0], pos + size
+
+
+def read_count(
+    buf: bytes, pos: int, end: int, flexible: bool, element_min: int, what: str
+) -> tuple[int, int]:
+    """A non-nullable array's count, at most what the bytes left can hold (elements of at
+    least ``element_min`` bytes), and the position after it."""
+    n, pos = read_length(buf, pos, end, flexible, True, what)
+    if n < 0:
+        raise MalformedBody(f"{what}: null where not nullable")
+    if n * element_min > end - pos:
+        raise MalformedBody(f"{what}: {n} elements announced, {end - pos} bytes left")
+    return n, pos
+
+
+def read_text(buf: bytes, pos: int, n: int, end: int, what: str) -> str:
+    """The UTF-8 string of ``n`` bytes at ``pos``, nothing read past ``end``."""
+    if pos + n > end:
+        raise MalformedBody(f"{what}: {n} bytes needed, {end - pos} left")
+    try:
+        return bytes(buf[pos : pos + n]).decode()
+    except UnicodeDecodeError as exc:
+        raise MalformedBody(f"{what}: not UTF-8") from exc
 
 
 def skip_tagged_fields(buf: bytes, pos: int, end: int) -> int:
