@@ -34,6 +34,9 @@ loopback TCP (TLS for ``kplane-tls``). Per target:
   linger.ms 0), from produce() to the delivery callback: p50 / p99;
 * the broker's peak RSS (VmHWM) and CPU seconds (subprocess targets only).
 
+Each timed run starts after ``os.sync()``: the file logs' earlier writes go to disk before
+it, not during whichever target's run comes next.
+
 Each produce workload and the consume run ``--repeat`` times (3), the latency
 run ``--latency-repeat`` times (2); medians are reported, with every run's
 figures alongside. Targets run one after the other, or with ``--interleave``
@@ -839,6 +842,9 @@ class TargetRun:
         log(f"   {label} ...")
         try:
             self.bench.check_alive()
+            # Earlier runs' dirty pages (the file logs') are written out now, so their
+            # writeback does not land on this run, whichever target runs it.
+            os.sync()
             res = self._run_once(phase)
         except Exception as e:
             self.phase_error[phase] = f"{type(e).__name__}: {e}"
