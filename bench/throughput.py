@@ -339,8 +339,8 @@ class Bench:
     def produce_batch(self, topic_key: str, payload: bytes, count: int) -> dict[str, Any]:
         """``produce`` with librdkafka driven through its batch API (``_rdkafka_batch``),
         so that the Python client does not bound the rate; acks=1. The partition's high
-        watermark growth is reported beside the records delivered (Tansu's trails its
-        last batch, so it is shown, not checked)."""
+        watermark growth is reported beside the records delivered (Tansu's trails the
+        records it acknowledged, so it is shown, not checked)."""
         from confluent_kafka import Consumer, TopicPartition
 
         topic = self.topics[topic_key]
