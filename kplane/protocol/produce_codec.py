@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from kplane.protocol.body_scan import MalformedBody
 from kplane.protocol.wire_codec import (
     I32,
+    claim,
     length_prefix,
     read_count,
     read_length,
@@ -110,19 +111,17 @@ def decode_produce_request(version: int, buf: bytes, offset: int) -> ProduceRequ
     n, pos = read_length(buf, offset, end, flexible, False, "transactional_id")
     transactional_id = None if n < 0 else read_text(buf, pos, n, end, "transactional_id")
     pos += max(n, 0)
-    if pos + 6 > end:
-        raise MalformedBody(f"acks and timeout_ms: 6 bytes needed, {end - pos} left")
+    stop = claim(pos, _HEAD.size, end, "acks and timeout_ms")
     acks, timeout_ms = _HEAD.unpack_from(buf, pos)
-    count, pos = read_count(buf, pos + 6, end, flexible, _TOPIC_MIN, "topic_data")
+    count, pos = read_count(buf, stop, end, flexible, _TOPIC_MIN, "topic_data")
     topics = []
     for _ in range(count):
         name: str | None = None
         topic_id: uuid.UUID | None = None
         if by_id:
-            if pos + 16 > end:
-                raise MalformedBody(f"topic_id: 16 bytes needed, {end - pos} left")
-            topic_id = uuid.UUID(bytes=bytes(buf[pos : pos + 16]))
-            pos += 16
+            stop = claim(pos, 16, end, "topic_id")
+            topic_id = uuid.UUID(bytes=bytes(buf[pos:stop]))
+            pos = stop
         else:
             n, pos = read_length(buf, pos, end, flexible, False, "name")
             if n < 0:
@@ -132,16 +131,14 @@ def decode_produce_request(version: int, buf: bytes, offset: int) -> ProduceRequ
         partitions = []
         partition_count, pos = read_count(buf, pos, end, flexible, _PARTITION_MIN, "partition_data")
         for _ in range(partition_count):
-            if pos + 4 > end:
-                raise MalformedBody(f"index: 4 bytes needed, {end - pos} left")
+            stop = claim(pos, 4, end, "index")
             index = I32.unpack_from(buf, pos)[0]
-            n, pos = read_length(buf, pos + 4, end, flexible, True, "records")
+            n, pos = read_length(buf, stop, end, flexible, True, "records")
             records = None
             if n >= 0:
-                if pos + n > end:
-                    raise MalformedBody(f"records: {n} bytes needed, {end - pos} left")
-                records = memoryview(buf)[pos : pos + n]
-                pos += n
+                stop = claim(pos, n, end, "records")
+                records = memoryview(buf)[pos:stop]
+                pos = stop
             if flexible:
                 pos = skip_tagged_fields(buf, pos, end)
             partitions.append(PartitionProduceData(index, records))

@@ -28,10 +28,7 @@ class WireReader:
     def take(self, size: int, what: str) -> int:
         """Claim ``size`` bytes; their start."""
         start = self.pos
-        stop = start + size
-        if stop > self.end:
-            raise MalformedBody(f"{what}: {size} bytes needed, {self.end - start} left")
-        self.pos = stop
+        self.pos = claim(start, size, self.end, what)
         return start
 
     def unpack(self, fmt: struct.Struct, what: str) -> tuple[int, ...]:
@@ -96,6 +93,14 @@ class WireReader:
         self.pos = skip_tagged_fields(self.buf, self.pos, self.end)
 
 
+def claim(pos: int, size: int, end: int, what: str) -> int:
+    """The position after ``size`` bytes at ``pos``, when they lie before ``end``."""
+    stop = pos + size
+    if stop > end:
+        raise MalformedBody(f"{what}: {size} bytes needed, {end - pos} left")
+    return stop
+
+
 def read_length(
     buf: bytes, pos: int, end: int, flexible: bool, wide: bool, what: str
 ) -> tuple[int, int]:
@@ -108,10 +113,8 @@ def read_length(
                 return byte - 1, pos + 1
         value, pos = uvarint(buf, pos, end)
         return value - 1, pos
-    size = 4 if wide else 2
-    if pos + size > end:
-        raise MalformedBody(f"{what}: {size} bytes needed, {end - pos} left")
-    return (I32 if wide else I16).unpack_from(buf, pos)[0], pos + size
+    stop = claim(pos, 4 if wide else 2, end, what)
+    return (I32 if wide else I16).unpack_from(buf, pos)[0], stop
 
 
 def read_count(
@@ -129,10 +132,8 @@ def read_count(
 
 def read_text(buf: bytes, pos: int, n: int, end: int, what: str) -> str:
     """The UTF-8 string of ``n`` bytes at ``pos``, nothing read past ``end``."""
-    if pos + n > end:
-        raise MalformedBody(f"{what}: {n} bytes needed, {end - pos} left")
     try:
-        return bytes(buf[pos : pos + n]).decode()
+        return bytes(buf[pos : claim(pos, n, end, what)]).decode()
     except UnicodeDecodeError as exc:
         raise MalformedBody(f"{what}: not UTF-8") from exc
 
@@ -145,9 +146,7 @@ def skip_tagged_fields(buf: bytes, pos: int, end: int) -> int:
     for _ in range(count):
         _tag, pos = uvarint(buf, pos, end)
         size, pos = uvarint(buf, pos, end)
-        if pos + size > end:
-            raise MalformedBody(f"tagged field: {size} bytes needed, {end - pos} left")
-        pos += size
+        pos = claim(pos, size, end, "tagged field")
     return pos
 
 
