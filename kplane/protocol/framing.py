@@ -106,29 +106,26 @@ class FrameDecoder:
         if self._parts:
             self._drain(out)
 
-    def _add_part(self, data: bytes) -> None:
-        """Buffer a whole read: a view of it, or, for a small read, its bytes appended to
-        the last part when that is a small reads' buffer too, so a frame dribbled in tiny
+    def _add_part(self, data: bytes | bytearray | memoryview) -> None:
+        """Buffer a read (or its tail): a view of it, or, when small, its bytes appended to
+        the last part if that is a small reads' buffer too, so a frame dribbled in tiny
         reads costs its bytes, not an object each."""
         parts = self._parts
         if len(data) >= _SMALL_READ:
             parts.append(memoryview(data))
             return
-        last = parts[-1]
+        last = parts[-1] if parts else None
         if type(last) is bytearray and len(last) < _SMALL_READ:
             last += data
         else:
             parts.append(bytearray(data))
 
     def _keep(self, data: bytes | bytearray | memoryview, pos: int) -> None:
-        """Buffer ``data`` from ``pos`` on (nothing, when it was used up): a view, or a copy
-        of a short tail, which then gathers the small reads after it."""
+        """Buffer ``data`` from ``pos`` on (nothing, when it was used up)."""
         size = len(data) - pos
-        if size >= _SMALL_READ:
-            self._parts.append(memoryview(data)[pos:])
-        elif size > 0:
-            self._parts.append(bytearray(memoryview(data)[pos:]))
-        self._buffered += max(size, 0)
+        if size > 0:
+            self._add_part(memoryview(data)[pos:])
+            self._buffered += size
 
     def _drain(self, out: MutableSequence[bytes]) -> None:
         """Append the frames completed by the buffered parts to ``out``: across parts a
