@@ -273,6 +273,32 @@ class Bench:
 
     # -- phases --------------------------------------------------------------
 
+    def producer_conf(
+        self, role: str, acks: str, count: int, on_delivery: Any = None
+    ) -> dict[str, Any]:
+        """A throughput phase's producer: 1 MiB batches, linger.ms 5, a queue that holds
+        the whole run; without ``on_delivery``, no Python callbacks at all."""
+        conf = self.conf(
+            role,
+            **{
+                "acks": acks,
+                "batch.size": BATCH_BYTES,
+                # The request cap must exceed batch.size or it bounds the batch.
+                "message.max.bytes": 2 * BATCH_BYTES,
+                "linger.ms": 5,
+                "queue.buffering.max.messages": min(max(count + 1000, 100_000), 10_000_000),
+                "queue.buffering.max.kbytes": 2_097_151,
+                "message.timeout.ms": int(
+                    (self.args.max_seconds + self.args.flush_timeout + 10) * 1000
+                ),
+            },
+        )
+        if on_delivery is None:
+            del conf["error_cb"]
+        else:
+            conf["on_delivery"] = on_delivery
+        return conf
+
     def produce(self, topic_key: str, payload: bytes, count: int, acks: str) -> dict[str, Any]:
         from confluent_kafka import Producer
 
@@ -289,22 +315,7 @@ class Bench:
                     errs.append(str(err))
 
         max_s = self.args.max_seconds
-        p = Producer(
-            self.conf(
-                f"produce-{topic_key}",
-                **{
-                    "acks": acks,
-                    "batch.size": BATCH_BYTES,
-                    # The request cap must exceed batch.size or it bounds the batch.
-                    "message.max.bytes": 2 * BATCH_BYTES,
-                    "linger.ms": 5,
-                    "queue.buffering.max.messages": min(max(count + 1000, 100_000), 10_000_000),
-                    "queue.buffering.max.kbytes": 2_097_151,
-                    "message.timeout.ms": int((max_s + self.args.flush_timeout + 10) * 1000),
-                    "on_delivery": on_delivery,
-                },
-            )
-        )
+        p = Producer(self.producer_conf(f"produce-{topic_key}", acks, count, on_delivery))
         left = -1
         try:
             self.warmup(p)
@@ -344,19 +355,7 @@ class Bench:
         from confluent_kafka import Consumer, TopicPartition
 
         topic = self.topics[topic_key]
-        conf = self.conf(f"produce-batch-{topic_key}")
-        conf.pop("error_cb")
-        conf.update(
-            {
-                "acks": "1",
-                "batch.size": BATCH_BYTES,
-                "message.max.bytes": 2 * BATCH_BYTES,
-                "linger.ms": 5,
-                "queue.buffering.max.messages": min(max(count + 1000, 100_000), 10_000_000),
-                "queue.buffering.max.kbytes": 2_097_151,
-                "message.timeout.ms": int((self.args.max_seconds + self.args.flush_timeout) * 1000),
-            }
-        )
+        conf = self.producer_conf(f"produce-batch-{topic_key}", "1", count)
         watermarks = Consumer(self.conf("watermarks", **{"group.id": f"bench-{topic_key}"}))
         try:
             tp = TopicPartition(topic, 0)
