@@ -53,10 +53,12 @@ _TOPIC_MIN = 1 + 1  # at least an empty name and an empty partition array
 @dataclass(slots=True)
 class PartitionProduceData:
     """One partition's records (None when the request sent null): a view of the request's
-    frame, not a copy."""
+    frame, not a copy, starting at ``records_at`` in it (None when the request was not
+    decoded from ``bytes``)."""
 
     index: int
     records: memoryview | None
+    records_at: int | None = None
 
 
 @dataclass(slots=True)
@@ -108,6 +110,7 @@ def decode_produce_request(version: int, buf: bytes, offset: int) -> ProduceRequ
     flexible = version >= FLEXIBLE_SINCE
     by_id = version >= TOPIC_ID_SINCE
     end = len(buf)
+    backed = type(buf) is bytes  # the records' views are of ``buf`` itself
     n, pos = read_length(buf, offset, end, flexible, False, "transactional_id")
     transactional_id = None if n < 0 else read_text(buf, pos, n, end, "transactional_id")
     pos += max(n, 0)
@@ -135,13 +138,14 @@ def decode_produce_request(version: int, buf: bytes, offset: int) -> ProduceRequ
             index = I32.unpack_from(buf, pos)[0]
             n, pos = read_length(buf, stop, end, flexible, True, "records")
             records = None
+            at = pos if backed else None
             if n >= 0:
                 stop = claim(pos, n, end, "records")
                 records = memoryview(buf)[pos:stop]
                 pos = stop
             if flexible:
                 pos = skip_tagged_fields(buf, pos, end)
-            partitions.append(PartitionProduceData(index, records))
+            partitions.append(PartitionProduceData(index, records, at))
         if flexible:
             pos = skip_tagged_fields(buf, pos, end)
         topics.append(TopicProduceData(name, topic_id, tuple(partitions)))

@@ -1,7 +1,8 @@
 """A produced batch's bytes on their way from the socket to the log: a frame split across
 reads is joined once (no buffer grown while it arrives, no second copy when it ends), and
 handed out as ``bytes`` that later reads leave alone; a Produce request's records are a
-view of that frame; the memory log keeps the view when it is most of its frame."""
+view of that frame, and say where in it they start (validation walks them there); the
+memory log keeps the view when it is most of its frame."""
 
 from __future__ import annotations
 
@@ -94,6 +95,11 @@ def test_produce_records_are_a_view_of_the_frame() -> None:
         records = partition.records
         assert isinstance(records, memoryview) and records.obj is frame
         assert records == batch
+        at = partition.records_at
+        assert at is not None and frame[at : at + len(batch)] == batch  # where it is in frame
+    # From a view, not the frame's bytes: where the records are in ``.obj`` is not known.
+    [topic] = decode_produce_request(9, memoryview(frame), 0).topic_data  # type: ignore[arg-type]
+    assert all(p.records_at is None for p in topic.partition_data)
 
 
 def _stored(log: MemoryLog) -> list[memoryview]:

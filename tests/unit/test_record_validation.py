@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import struct
 import time
+import tracemalloc
 import zlib
 
 import cramjam
@@ -54,14 +55,53 @@ def _fix_crc(batch: bytearray) -> None:
     struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
 
 
+FRAME_AT = len(b"request header")
+
+
 def _in_frame(batch: bytes | bytearray) -> memoryview:
     """The records as Produce hands them over: a view of the request's frame."""
-    return memoryview(b"request header" + bytes(batch) + b"more")[14:-4]
+    return memoryview(b"request header" + bytes(batch) + b"more")[FRAME_AT:-4]
+
+
+def _outcome(data: memoryview, policy: ValidationPolicy, now: int, at: int | None) -> object:
+    try:
+        validate_batches(data, scan_batches(data), policy, now, at)
+    except InvalidRecordError as exc:
+        return exc
+    return None
 
 
 def _validate(batch: bytes | bytearray, policy: ValidationPolicy = V9, now: int = NOW) -> None:
+    """Validate as Produce does, the records walked in their frame; a copy of them walked
+    alone must get the same verdict."""
     data = _in_frame(batch)
-    validate_batches(data, scan_batches(data), policy, now)
+    in_place = _outcome(data, policy, now, FRAME_AT)
+    copied = _outcome(data, policy, now, None)
+    if isinstance(in_place, InvalidRecordError):
+        assert isinstance(copied, InvalidRecordError)
+        assert (copied.error_code, str(copied), copied.record_errors) == (
+            in_place.error_code,
+            str(in_place),
+            in_place.record_errors,
+        )
+        raise in_place
+    assert copied is None
+
+
+def test_records_in_their_frame_are_walked_there_not_copied() -> None:
+    data = _in_frame(build_batch(_uniform(10_000)))
+    batches = scan_batches(data)
+    validate_batches(data, batches, V9, NOW, FRAME_AT)  # the walk's lookup tables, once
+    tracemalloc.start()
+    try:
+        validate_batches(data, batches, V9, NOW, FRAME_AT)
+        _size, in_place = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        validate_batches(data, batches, V9, NOW)
+        _size, copied = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert copied > len(data) > 10 * in_place
 
 
 def _refusal(batch: bytes | bytearray, policy: ValidationPolicy = V9) -> InvalidRecordError:

@@ -104,6 +104,8 @@ class ProducePartition:
     index: int
     tp: TopicPartition | None
     records: memoryview | None
+    records_at: int | None
+    """Where ``records`` starts in the request's frame (``records.obj``), if known."""
     result: AppendResult | None = None
 
 
@@ -159,7 +161,9 @@ class ProduceApis:
                     outcome = AppendResult(ErrorCode.topic_authorization_failed)
             for pd in topic.partition_data:
                 tp = TopicPartition(name, pd.index) if name is not None else None
-                produce.append(ProducePartition(key, pd.index, tp, pd.records, outcome))
+                produce.append(
+                    ProducePartition(key, pd.index, tp, pd.records, pd.records_at, outcome)
+                )
         return produce
 
     def append(self, produce: list[ProducePartition], acks: int, version: int) -> None:
@@ -168,7 +172,7 @@ class ProduceApis:
         append = self.replica_manager.append
         for p in produce:
             if p.result is None and p.tp is not None:
-                p.result = append(p.tp, p.records, acks, version, now_ms)
+                p.result = append(p.tp, p.records, acks, version, now_ms, p.records_at)
 
     def answer(
         self, ctx: RequestContext, request: ProduceRequestData, produce: list[ProducePartition]

@@ -277,6 +277,7 @@ class ReplicaManager:
         acks: int,
         produce_version: int,
         now_ms: int | None = None,
+        records_at: int | None = None,
     ) -> AppendResult:
         """Check and append one partition's records as leader.
 
@@ -284,7 +285,8 @@ class ReplicaManager:
         ``protocol.record_validation``) against the topic's cached :class:`LogSettings`;
         when one is refused, none is appended. With ``acks=-1`` the ISR must hold
         ``min.insync.replicas`` replicas. ``now_ms`` is the request's clock (read once per
-        request by the caller).
+        request by the caller). ``records_at``: ``records`` is a view of a ``bytes`` frame
+        starting there, whose records are then checked in place (see ``validate_batches``).
         """
         try:
             partition = self.leader_partition(tp)
@@ -307,7 +309,8 @@ class ReplicaManager:
                 timestamp_difference_max_ms=settings.message_timestamp_difference_max_ms,
                 compacted_partition=str(tp) if settings.compact else None,
             )
-            validate_batches(records, batches, policy, _now_ms() if now_ms is None else now_ms)
+            now = _now_ms() if now_ms is None else now_ms
+            validate_batches(records, batches, policy, now, records_at)
             info = partition.append_records_as_leader(records, batches)
         except KafkaError as exc:
             log.debug("append refused", partition=str(tp), error=exc.code.name, reason=exc.message)
