@@ -1,7 +1,8 @@
 """The broker's side of one Kafka connection as a state machine, sans-IO (h11's shape).
 
-Bytes go in with ``receive_data`` (``b""`` for the peer's end of stream), events come out
-of ``next_event``. It owns what Kafka's KafkaChannel and Selector do for a connection:
+Bytes go in with ``receive_data`` (``b""`` for the peer's end of stream), or are read
+where ``get_buffer`` says and announced with ``buffer_updated``; events come out of
+``next_event``. It owns what Kafka's KafkaChannel and Selector do for a connection:
 framing under ``socket.request.max.bytes`` (``sasl.server.max.receive.size`` before SASL
 authentication) with a memory pool asked for each frame's bytes as they arrive, the request
 header, the known-API check and the SASL gate, muting (one request in flight, pipelined
@@ -12,9 +13,10 @@ caller owns sockets, threads, clocks and the pool's waiting.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections import deque
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Final
 
 from kplane.protocol.framing import (
@@ -134,25 +136,42 @@ class ServerConnection:
         """Bytes received from the client; ``b""`` when it closed its side."""
         if not data:
             self._peer_closed = True
-        elif self._closed is None and self._framing_error is None and not self._peer_closed:
-            try:
+        elif self._reading:
+            with self._framing():
                 self._decoder.feed_into(data, self._pending)
-            except FrameTooLarge as exc:
-                self._too_large(exc)
+
+    def get_buffer(self, stage: memoryview) -> memoryview:
+        """Where the next read should go: ``stage``, a buffer the caller lends, or a large
+        frame's own bytes (``FrameDecoder.get_buffer``)."""
+        return self._decoder.get_buffer(stage) if self._reading else stage
+
+    def buffer_updated(self, stage: memoryview, size: int) -> None:
+        """``size`` bytes were read into the buffer ``get_buffer`` gave."""
+        if self._reading:
+            with self._framing():
+                self._decoder.buffer_updated(stage, size, self._pending)
 
     def retry_frame(self) -> None:
         """Memory was released: ask the pool again for the frame it refused."""
         if self._closed is None and self._framing_error is None and self._decoder.blocked:
-            try:
+            with self._framing():
                 self._decoder.resume_into(self._pending)
-            except FrameTooLarge as exc:
-                self._too_large(exc)
 
-    def _too_large(self, exc: FrameTooLarge) -> None:
-        reason = "request frame too large"
-        if not self._authenticated:
-            reason += " before SASL authentication"
-        self._framing_error = Close(reason, size=exc.size, limit=exc.limit)
+    @property
+    def _reading(self) -> bool:
+        """Received bytes still go to the decoder."""
+        return self._closed is None and self._framing_error is None and not self._peer_closed
+
+    @contextlib.contextmanager
+    def _framing(self) -> Iterator[None]:
+        """A size over the limit becomes the close that follows the frames before it."""
+        try:
+            yield
+        except FrameTooLarge as exc:
+            reason = "request frame too large"
+            if not self._authenticated:
+                reason += " before SASL authentication"
+            self._framing_error = Close(reason, size=exc.size, limit=exc.limit)
 
     def next_event(self) -> Event:
         """The next thing the caller must act on, or a ``Wait`` saying why there is none.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import struct
 from collections.abc import Callable, MutableSequence
 from dataclasses import dataclass
@@ -17,6 +18,29 @@ _HEADER_V1 = struct.Struct(">hhih")  # ... and the client id's length
 _SMALL_READ = 4096
 """Reads shorter than this are gathered into one buffer while a frame is assembled."""
 _RESP_V0 = struct.Struct(">ii")
+DIRECT_READ_MIN = 64 << 10
+"""A frame with at least this many bytes still to come is read straight into its own bytes."""
+
+# CPython's PyBytes_FromStringAndSize(NULL, n) makes a bytes object whose contents may be
+# written until it is shared; PyMemoryView_FromMemory gives a writable view of them.
+_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.restype = ctypes.py_object
+_new_bytes.argtypes = (ctypes.c_char_p, ctypes.c_ssize_t)
+_bytes_address = ctypes.pythonapi.PyBytes_AsString
+_bytes_address.restype = ctypes.c_void_p
+_bytes_address.argtypes = (ctypes.py_object,)
+_memory_view = ctypes.pythonapi.PyMemoryView_FromMemory
+_memory_view.restype = ctypes.py_object
+_memory_view.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
+_PYBUF_WRITE = 0x200
+
+
+def _unwritten_bytes(size: int) -> tuple[bytes, memoryview]:
+    """A new ``bytes`` of ``size`` bytes, its contents not yet written, and a writable
+    view of them. (``bytearray(size)`` zero-fills, which costs about what receiving in
+    place saves.) The view must not outlive the bytes nor be used once they are shared."""
+    data: bytes = _new_bytes(None, size)
+    return data, _memory_view(_bytes_address(data), size, _PYBUF_WRITE)
 
 
 class FrameTooLarge(Exception):
@@ -35,9 +59,13 @@ class InvalidRequestHeader(Exception):
 class FrameDecoder:
     """Turns a byte stream into frames; the size is checked before the body is buffered.
 
-    A frame split across reads is kept as views of the reads it arrived in and joined
-    once, when complete (one copy of its bytes, none while it arrives); the frames of one
-    read are cut out of it. Frames are ``bytes``: nothing changes them once handed out.
+    Bytes come in one of two ways. ``feed`` takes a read's bytes: a frame split across
+    reads is kept as views of the reads it arrived in and joined once, when complete (one
+    copy of its bytes, none while it arrives); the frames of one read are cut out of it.
+    ``get_buffer`` and ``buffer_updated`` let the caller read the socket into the decoder:
+    into a buffer the caller lends (its bytes then go on as ``feed``'s), or, for a frame
+    with ``DIRECT_READ_MIN`` or more still to come, straight into the frame's own bytes,
+    with no copy at all. Frames are ``bytes``: nothing changes them once handed out.
 
     ``max_size`` may change between feeds (a smaller bound before SASL authentication).
     With ``allocate``, a frame's bytes are asked of a memory pool as they arrive (its size
@@ -50,9 +78,12 @@ class FrameDecoder:
     __slots__ = (
         "_allocate",
         "_buffered",
+        "_filled",
         "_frame_complete",
         "_need",
         "_parts",
+        "_target",
+        "_target_view",
         "blocked",
         "frames",
         "max_size",
@@ -75,6 +106,10 @@ class FrameDecoder:
         self.blocked = False
         self.reserved = 0  # bytes of the frame being received that the pool gave
         self.frames = 0  # frames complete so far
+        # The frame being read in place (``get_buffer``), its view, and its bytes so far.
+        self._target: bytes | None = None
+        self._target_view: memoryview | None = None
+        self._filled = 0
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add received bytes; return every frame now complete (without its size prefix)."""
@@ -91,7 +126,8 @@ class FrameDecoder:
     def feed_into(self, data: bytes, out: MutableSequence[bytes]) -> None:
         """``feed``, appending the frames to ``out`` (those complete before a
         ``FrameTooLarge`` are there too). ``data`` is kept, not copied, until its bytes
-        are in frames: it must not change."""
+        are in frames: it must not change. Not while a frame is read in place."""
+        assert self._target is None, "a frame read in place takes bytes from buffer_updated"
         if self._parts:
             self._add_part(data)
             self._buffered += len(data)
@@ -103,8 +139,60 @@ class FrameDecoder:
     def resume_into(self, out: MutableSequence[bytes]) -> None:
         """``resume``, appending the frames to ``out``."""
         self.blocked = False
-        if self._parts:
+        if self._target is not None:
+            self._take_target(out)
+        elif self._parts:
             self._drain(out)
+
+    def get_buffer(self, stage: memoryview) -> memoryview:
+        """Where the next read should go: the rest of the frame being received when
+        ``DIRECT_READ_MIN`` or more of it is still to come (received in place: no copy),
+        else ``stage``, a buffer the caller lends until ``buffer_updated``."""
+        if self._target_view is None:
+            need = self._need
+            if need < 0 or self.blocked or need - self._buffered < DIRECT_READ_MIN:
+                return stage
+            try:
+                self._target, view = _unwritten_bytes(need)
+            except MemoryError:  # no room for the whole frame at once: read it piecewise
+                return stage
+            self._target_view = view
+            filled = 0
+            for part in self._parts:  # what arrived of the frame before: it is all its own
+                view[filled : filled + len(part)] = part
+                filled += len(part)
+            self._parts.clear()
+            self._buffered = 0
+            self._filled = filled
+        return self._target_view[self._filled :]
+
+    def buffer_updated(self, stage: memoryview, size: int, out: MutableSequence[bytes]) -> None:
+        """``size`` bytes were read into the buffer ``get_buffer`` gave; append every frame
+        now complete to ``out``."""
+        if self._target is None:
+            self.feed_into(stage[:size].tobytes(), out)
+        else:
+            self._filled += size
+            self._take_target(out)
+
+    def _take_target(self, out: MutableSequence[bytes]) -> None:
+        """Count what arrived of the frame read in place; hand it out once complete."""
+        filled = self._filled
+        if filled > self.reserved and not self._hold(filled - self.reserved):
+            return
+        if filled < self._need:
+            return
+        out.append(self._drop_target())
+        self._end_frame()
+        self.frames += 1
+
+    def _drop_target(self) -> bytes:
+        frame = self._target
+        assert frame is not None and self._target_view is not None
+        self._target_view.release()
+        self._target = self._target_view = None
+        self._filled = 0
+        return frame
 
     def _add_part(self, data: bytes | bytearray | memoryview) -> None:
         """Buffer a read (or its tail): a view of it, or, when small, its bytes appended to
@@ -221,6 +309,8 @@ class FrameDecoder:
         """Drop what is buffered (the connection is closing); return the bytes the pool
         had given the frame being received."""
         reserved = self.reserved
+        if self._target is not None:
+            self._drop_target()
         if self._need >= 0:
             self._end_frame()
         self._parts.clear()
@@ -231,7 +321,7 @@ class FrameDecoder:
     @property
     def buffered(self) -> int:
         """Bytes received but not yet part of a complete frame."""
-        return self._buffered
+        return self._buffered + self._filled
 
     @property
     def receiving(self) -> bool:

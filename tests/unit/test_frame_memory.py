@@ -8,7 +8,7 @@ import struct
 
 from kplane.broker.network.memory_pool import FRAME_ALLOWANCE, FrameMemory, MemoryPool
 from kplane.protocol.connection import Close, RequestReady, ServerConnection
-from kplane.protocol.framing import FrameDecoder, encode_request_frame
+from kplane.protocol.framing import DIRECT_READ_MIN, FrameDecoder, encode_request_frame
 
 
 def _decoder(pool: MemoryPool) -> FrameDecoder:
@@ -114,3 +114,41 @@ def test_the_unfinished_frame_and_its_progress() -> None:
     frame = encode_request_frame(18, 3, 1, "t", b"")
     conn.receive_data(frame[2:] + _prefix(500) + b"z" * 10)
     assert conn.unfinished_frame == 1 and conn.frame_progress == (10, 500)
+
+
+def test_a_frame_read_in_place_counts_its_bytes_as_they_arrive_and_waits_for_room() -> None:
+    size = 2 * DIRECT_READ_MIN
+    pool = MemoryPool(size)
+    stage = memoryview(bytearray(DIRECT_READ_MIN))
+    other, decoder = _decoder(pool), _decoder(pool)
+    assert other.feed(_prefix(size) + b"o" * size) == [b"o" * size]  # held until answered
+    stage[:14] = _prefix(size) + b"x" * 10
+    decoder.buffer_updated(stage, 14, [])
+    assert decoder.blocked  # the pool is empty: reading stops
+    pool.release(size)
+    assert decoder.resume() == [] and decoder.reserved == 10
+    into = decoder.get_buffer(stage)
+    assert into is not stage and len(into) == size - 10
+    into[:1000] = b"x" * 1000
+    decoder.buffer_updated(stage, 1000, [])
+    assert decoder.reserved == 1010 and pool.unfinished == 1010
+    out: list[bytes] = []
+    into = decoder.get_buffer(stage)
+    into[:] = b"x" * len(into)
+    decoder.buffer_updated(stage, len(into), out)
+    assert out == [b"x" * size] and pool.unfinished == 0 and pool.available == 0
+
+
+def test_abandoning_a_frame_read_in_place_gives_its_share_back() -> None:
+    pool = MemoryPool(1 << 20)
+    decoder = _decoder(pool)
+    stage = memoryview(bytearray(1024))
+    stage[:4] = _prefix(4 * DIRECT_READ_MIN)
+    decoder.buffer_updated(stage, 4, [])
+    into = decoder.get_buffer(stage)
+    into[:500] = b"x" * 500
+    decoder.buffer_updated(stage, 500, [])
+    assert pool.unfinished == 500
+    pool.release(decoder.abandon())
+    assert (pool.unfinished, pool.available) == (0, 1 << 20)
+    assert decoder.get_buffer(stage) is stage and not decoder.receiving

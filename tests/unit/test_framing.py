@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from kplane.protocol import api
 from kplane.protocol.framing import (
+    DIRECT_READ_MIN,
     FrameDecoder,
     FrameTooLarge,
     InvalidRequestHeader,
@@ -57,6 +58,46 @@ def test_decoder_reassembles_frames_split_anywhere(payloads: list[bytes], chunk:
         got += decoder.feed(stream[i : i + chunk])
     assert got == payloads
     assert decoder.buffered == 0
+
+
+def read_all(decoder: FrameDecoder, stream: bytes, sizes: list[int]) -> list[bytes]:
+    """Read ``stream`` into the decoder as a socket would (``get_buffer``, then
+    ``buffer_updated``), each read at most the next of ``sizes`` (cycled) bytes."""
+    stage = memoryview(bytearray(1 << 16))
+    got: list[bytes] = []
+    pos = 0
+    reads = 0
+    while pos < len(stream):
+        buffer = decoder.get_buffer(stage)
+        size = min(len(buffer), sizes[reads % len(sizes)], len(stream) - pos)
+        buffer[:size] = stream[pos : pos + size]
+        decoder.buffer_updated(stage, size, got)
+        pos += size
+        reads += 1
+    return got
+
+
+big_or_small = st.one_of(
+    st.binary(max_size=300),
+    st.integers(min_value=DIRECT_READ_MIN, max_value=3 * DIRECT_READ_MIN).map(
+        lambda n: bytes(range(256)) * (n // 256) + b"t" * (n % 256)
+    ),
+)
+
+
+@given(
+    st.lists(big_or_small, max_size=6),
+    st.lists(st.integers(min_value=1, max_value=70_000), min_size=1, max_size=5),
+)
+def test_decoder_reads_frames_in_place_split_anywhere(
+    payloads: list[bytes], sizes: list[int]
+) -> None:
+    stream = b"".join(struct.pack(">i", len(p)) + p for p in payloads)
+    decoder = FrameDecoder(1 << 20)
+    got = read_all(decoder, stream, sizes)
+    assert got == payloads
+    assert all(type(frame) is bytes for frame in got)
+    assert decoder.buffered == 0 and not decoder.receiving
 
 
 def test_decoder_refuses_frames_over_the_limit_before_the_body_arrives() -> None:

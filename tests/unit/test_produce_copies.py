@@ -1,6 +1,7 @@
 """A produced batch's bytes on their way from the socket to the log: a frame split across
-reads is joined once (no buffer grown while it arrives, no second copy when it ends), and
-handed out as ``bytes`` that later reads leave alone; a Produce request's records are a
+reads is joined once (no buffer grown while it arrives, no second copy when it ends), or,
+large, read into its own bytes (no copy at all), and handed out as ``bytes`` that later
+reads leave alone; a Produce request's records are a
 view of that frame, and say where in it they start (validation walks them there); the
 memory log keeps the view when it is most of its frame."""
 
@@ -12,7 +13,7 @@ import tracemalloc
 
 from kplane.broker.log.log import MemoryLog
 from kplane.protocol import api
-from kplane.protocol.framing import FrameDecoder
+from kplane.protocol.framing import DIRECT_READ_MIN, FrameDecoder
 from kplane.protocol.produce_codec import decode_produce_request
 from kplane.protocol.records import Record, build_batch, number_batches, scan_batches
 
@@ -68,6 +69,46 @@ def test_a_frame_handed_out_does_not_change_when_more_bytes_arrive() -> None:
     assert decoder.feed(stream[5020:]) == [third]
     assert decoder.feed(_stream(b"z" * 3000, b"y" * 2000)) == [b"z" * 3000, b"y" * 2000]
     assert out == [first, second]
+
+
+def test_a_large_frame_is_read_into_its_own_bytes() -> None:
+    frame = bytes(range(256)) * (MIB // 256)
+    stream = _stream(frame, b"next")
+    stage = memoryview(bytearray(65536))
+    decoder = FrameDecoder(2 * MIB)
+    got: list[bytes] = []
+    tracemalloc.start()
+    try:
+        pos = 0
+        while pos < len(stream):
+            buffer = decoder.get_buffer(stage)
+            if pos:  # once the size is known the rest of the frame goes straight in
+                assert buffer is not stage and len(buffer) == len(frame) + 4 - pos
+            size = min(len(buffer), len(stream) - pos, 65536)
+            buffer[:size] = stream[pos : pos + size]
+            decoder.buffer_updated(stage, size, got)
+            pos += size
+            if got:
+                break
+        _size, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got == [frame] and type(got[0]) is bytes
+    assert peak < MIB + 2 * 65536  # the frame, and the first read's bytes before its size
+    # a small frame goes through the lent buffer, whose later reads leave it alone
+    assert decoder.get_buffer(stage) is stage
+    stage[:8] = stream[pos : pos + 8]
+    decoder.buffer_updated(stage, 8, got)
+    stage[:8] = b"\xff" * 8
+    assert got == [frame, b"next"]
+
+
+def test_a_frame_with_little_left_to_come_is_not_read_in_place() -> None:
+    stage = memoryview(bytearray(65536))
+    decoder = FrameDecoder(2 * MIB)
+    stage[:4] = struct.pack(">i", DIRECT_READ_MIN + 10)
+    decoder.buffer_updated(stage, 4 + 11, [])  # the prefix and 11 bytes: DIRECT_READ_MIN - 1 left
+    assert decoder.get_buffer(stage) is stage
 
 
 def _produce_frame(*batches: bytes) -> bytes:

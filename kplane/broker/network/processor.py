@@ -1,9 +1,10 @@
 """Processor: a thread with its own uvloop event loop that owns many connections.
 
-Each connection is a ``KafkaConnection``, an asyncio Protocol adapting the sans-IO
+Each connection is a ``KafkaConnection``, an asyncio BufferedProtocol adapting the sans-IO
 ``ServerConnection`` (``protocol/connection.py``: frames, headers, the SASL gate, muting):
-it feeds it the socket's bytes, puts each request it yields on the RequestChannel, writes
-the responses handlers hand back, and pauses reading when it asks.
+the socket is read where it says (the Processor's read buffer, or a large frame's own
+bytes), each request it yields goes on the RequestChannel, the responses handlers hand
+back are written, and reading pauses when it asks.
 """
 
 from __future__ import annotations
@@ -49,9 +50,11 @@ WRITE_BUFFER_HIGH = 1 << 20
 """Unsent response bytes past which a connection takes no new request (Kafka mutes a
 channel until its send completes); it takes requests again below ``WRITE_BUFFER_LOW``."""
 WRITE_BUFFER_LOW = 1 << 18
+READ_BUFFER_SIZE = 256 << 10
+"""A Processor's read buffer, shared by its connections (as uvloop's own read buffer is)."""
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     """One client connection: an asyncio Protocol driving a sans-IO ``ServerConnection``
     (framing, the SASL gate, muting, end of stream) and acting on its events."""
 
@@ -106,13 +109,16 @@ class KafkaConnection(asyncio.Protocol):
                 )
                 self.close()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.connection.get_buffer(self.processor.read_buffer)
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.processor.yield_to_control()
         started = time.monotonic_ns()
         self.last_active = time.monotonic()
         if self.session is not None:
             self.connection.authenticated = self.session.authenticated
-        self.connection.receive_data(data)
+        self.connection.buffer_updated(self.processor.read_buffer, nbytes)
         self._received()
         self.processor.busy_ns += time.monotonic_ns() - started
 
@@ -449,6 +455,8 @@ class Processor:
         self.response_queue_size = 0  # responses handed over, not yet written (thread-safe)
         self.draining = False
         self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        self.read_buffer = memoryview(bytearray(READ_BUFFER_SIZE))
+        """Where this loop's connections read, unless into a large frame's own bytes."""
         self._thread = threading.Thread(
             target=self._run,
             name=channel.plane.thread_name(
