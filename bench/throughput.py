@@ -273,11 +273,12 @@ class Bench:
 
     # -- phases --------------------------------------------------------------
 
-    def producer_conf(
-        self, role: str, acks: str, count: int, on_delivery: Any = None
-    ) -> dict[str, Any]:
-        """A throughput phase's producer: 1 MiB batches, linger.ms 5, a queue that holds
-        the whole run; without ``on_delivery``, no Python callbacks at all."""
+    def producer_conf(self, role: str, acks: str, on_delivery: Any = None) -> dict[str, Any]:
+        """A throughput phase's producer: 1 MiB batches, linger.ms 5, librdkafka's default
+        queue of 100,000 records (a queue holding a whole run of 3,000,000 made the client
+        allocate and free 0.5 GB a run, and on this VM fresh memory can cost seven times
+        what reused memory does: see bench/README.md); without ``on_delivery``, no Python
+        callbacks at all."""
         conf = self.conf(
             role,
             **{
@@ -286,8 +287,7 @@ class Bench:
                 # The request cap must exceed batch.size or it bounds the batch.
                 "message.max.bytes": 2 * BATCH_BYTES,
                 "linger.ms": 5,
-                "queue.buffering.max.messages": min(max(count + 1000, 100_000), 10_000_000),
-                "queue.buffering.max.kbytes": 2_097_151,
+                "queue.buffering.max.messages": 100_000,
                 "message.timeout.ms": int(
                     (self.args.max_seconds + self.args.flush_timeout + 10) * 1000
                 ),
@@ -315,7 +315,7 @@ class Bench:
                     errs.append(str(err))
 
         max_s = self.args.max_seconds
-        p = Producer(self.producer_conf(f"produce-{topic_key}", acks, count, on_delivery))
+        p = Producer(self.producer_conf(f"produce-{topic_key}", acks, on_delivery))
         left = -1
         try:
             self.warmup(p)
@@ -355,7 +355,7 @@ class Bench:
         from confluent_kafka import Consumer, TopicPartition
 
         topic = self.topics[topic_key]
-        conf = self.producer_conf(f"produce-batch-{topic_key}", "1", count)
+        conf = self.producer_conf(f"produce-batch-{topic_key}", "1")
         watermarks = Consumer(self.conf("watermarks", **{"group.id": f"bench-{topic_key}"}))
         try:
             tp = TopicPartition(topic, 0)
