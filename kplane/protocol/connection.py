@@ -13,10 +13,9 @@ caller owns sockets, threads, clocks and the pool's waiting.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 from collections import deque
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Final
 
 from kplane.protocol.framing import (
@@ -137,8 +136,10 @@ class ServerConnection:
         if not data:
             self._peer_closed = True
         elif self._reading:
-            with self._framing():
+            try:
                 self._decoder.feed_into(data, self._pending)
+            except FrameTooLarge as exc:
+                self._too_large(exc)
 
     def get_buffer(self, stage: memoryview) -> memoryview:
         """Where the next read should go: ``stage``, a buffer the caller lends, or a large
@@ -148,30 +149,30 @@ class ServerConnection:
     def buffer_updated(self, stage: memoryview, size: int) -> None:
         """``size`` bytes were read into the buffer ``get_buffer`` gave."""
         if self._reading:
-            with self._framing():
+            try:
                 self._decoder.buffer_updated(stage, size, self._pending)
+            except FrameTooLarge as exc:
+                self._too_large(exc)
 
     def retry_frame(self) -> None:
         """Memory was released: ask the pool again for the frame it refused."""
         if self._closed is None and self._framing_error is None and self._decoder.blocked:
-            with self._framing():
+            try:
                 self._decoder.resume_into(self._pending)
+            except FrameTooLarge as exc:
+                self._too_large(exc)
 
     @property
     def _reading(self) -> bool:
         """Received bytes still go to the decoder."""
         return self._closed is None and self._framing_error is None and not self._peer_closed
 
-    @contextlib.contextmanager
-    def _framing(self) -> Iterator[None]:
-        """A size over the limit becomes the close that follows the frames before it."""
-        try:
-            yield
-        except FrameTooLarge as exc:
-            reason = "request frame too large"
-            if not self._authenticated:
-                reason += " before SASL authentication"
-            self._framing_error = Close(reason, size=exc.size, limit=exc.limit)
+    def _too_large(self, exc: FrameTooLarge) -> None:
+        """A size over the limit: the close that follows the frames before it."""
+        reason = "request frame too large"
+        if not self._authenticated:
+            reason += " before SASL authentication"
+        self._framing_error = Close(reason, size=exc.size, limit=exc.limit)
 
     def next_event(self) -> Event:
         """The next thing the caller must act on, or a ``Wait`` saying why there is none.
