@@ -55,8 +55,9 @@ READ_BUFFER_SIZE = 256 << 10
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    """One client connection: an asyncio Protocol driving a sans-IO ``ServerConnection``
-    (framing, the SASL gate, muting, end of stream) and acting on its events."""
+    """One client connection: an asyncio BufferedProtocol driving a sans-IO
+    ``ServerConnection`` (framing, the SASL gate, muting, end of stream) and acting on its
+    events."""
 
     def __init__(self, processor: Processor, connection_id: str, peer: tuple[str, int]) -> None:
         self.processor = processor
