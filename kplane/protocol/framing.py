@@ -182,9 +182,7 @@ class FrameDecoder:
             return
         if filled < self._need:
             return
-        out.append(self._drop_target())
-        self._end_frame()
-        self.frames += 1
+        self._hand_out(self._drop_target(), out)
 
     def _drop_target(self) -> bytes:
         frame = self._target
@@ -236,9 +234,7 @@ class FrameDecoder:
                     return
             if self._buffered < self._need:
                 return
-            out.append(self._take(self._need))
-            self._end_frame()
-            self.frames += 1
+            self._hand_out(self._take(self._need), out)
         if parts:
             rest = parts.pop()
             self._buffered = 0
@@ -283,10 +279,9 @@ class FrameDecoder:
                         break
                 if end - pos < self._need:
                     break
-                out.append(view[pos : pos + self._need].tobytes())
-                pos += self._need
-                self._end_frame()
-                self.frames += 1
+                size = self._need
+                self._hand_out(view[pos : pos + size].tobytes(), out)
+                pos += size
         return pos
 
     def _hold(self, size: int) -> bool:
@@ -298,6 +293,12 @@ class FrameDecoder:
             return False
         self.reserved += size
         return True
+
+    def _hand_out(self, frame: bytes, out: MutableSequence[bytes]) -> None:
+        """Hand out a complete frame."""
+        out.append(frame)
+        self._end_frame()
+        self.frames += 1
 
     def _end_frame(self) -> None:
         self._need = -1
