@@ -125,6 +125,34 @@ class ClientErrors:
             log(f"   {self.name}: client error {err.str()} (first of its kind)")
 
 
+def produce_result(
+    payload: bytes,
+    acks: str,
+    sent: int,
+    delivered: int,
+    failed: int,
+    elapsed: float,
+    capped: bool,
+    errs: list[str],
+) -> dict[str, Any]:
+    """A produce run's figures: valid when every record sent was delivered, none failed."""
+    res: dict[str, Any] = {
+        "record_bytes": len(payload),
+        "acks": acks,
+        "records_sent": sent,
+        "records_delivered": delivered,
+        "delivery_errors": failed,
+        "seconds": round(elapsed, 3),
+        "records_per_s": round(delivered / elapsed, 1) if elapsed else None,
+        "mb_per_s": round(delivered * len(payload) / elapsed / 1e6, 2) if elapsed else None,
+        "time_capped": capped,
+        "valid": failed == 0 and delivered == sent,
+    }
+    if errs:
+        res["delivery_error_samples"] = errs
+    return res
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace, target: Target) -> None:
         self.args = args
@@ -328,23 +356,9 @@ class Bench:
         finally:
             _discard(p, left)
         del p
-        elapsed = end - start
-        delivered = ok[0]
-        res: dict[str, Any] = {
-            "record_bytes": len(payload),
-            "acks": acks,
-            "records_sent": sent,
-            "records_delivered": delivered,
-            "delivery_errors": nerr[0],
-            "not_delivered_after_flush": left,
-            "seconds": round(elapsed, 3),
-            "records_per_s": round(delivered / elapsed, 1) if elapsed else None,
-            "mb_per_s": round(delivered * len(payload) / elapsed / 1e6, 2) if elapsed else None,
-            "time_capped": capped,
-            "valid": nerr[0] == 0 and left == 0 and delivered == sent,
-        }
-        if errs:
-            res["delivery_error_samples"] = errs
+        res = produce_result(payload, acks, sent, ok[0], nerr[0], end - start, capped, errs)
+        res["not_delivered_after_flush"] = left
+        res["valid"] = res["valid"] and left == 0
         return res
 
     def produce_batch(self, topic_key: str, payload: bytes, count: int) -> dict[str, Any]:
@@ -372,23 +386,9 @@ class Bench:
             landed = watermarks.get_watermark_offsets(tp, timeout=10)[1] - before
         finally:
             watermarks.close()
-        elapsed = end - start
-        res: dict[str, Any] = {
-            "record_bytes": len(payload),
-            "acks": "1",
-            "client": "librdkafka batch API (rd_kafka_produce_batch through ctypes)",
-            "records_sent": sent,
-            "records_delivered": delivered,
-            "delivery_errors": failed,
-            "high_watermark_growth": landed,
-            "seconds": round(elapsed, 3),
-            "records_per_s": round(delivered / elapsed, 1) if elapsed else None,
-            "mb_per_s": round(delivered * len(payload) / elapsed / 1e6, 2) if elapsed else None,
-            "time_capped": sent < count,
-            "valid": failed == 0 and delivered == sent,
-        }
-        if errs:
-            res["delivery_error_samples"] = errs
+        res = produce_result(payload, "1", sent, delivered, failed, end - start, sent < count, errs)
+        res["client"] = "librdkafka batch API (rd_kafka_produce_batch through ctypes)"
+        res["high_watermark_growth"] = landed
         return res
 
     def consume(self, topic_key: str, expected: int, record_bytes: int) -> dict[str, Any]:
