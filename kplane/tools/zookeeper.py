@@ -3,10 +3,16 @@
 ``ZooKeeperServerMain`` (standalone, no quorum) with a generated ``zoo.cfg`` in a temp dir,
 listening on a free 127.0.0.1 port. The jar's manifest names most of its dependencies; the
 classpath adds the slf4j API and a binding so the server's log goes to ``zookeeper.log``.
+
+The server's connection factory is ``LoadedFirstCnxnFactory.java`` beside this module,
+compiled once per classpath into the temp dir: it loads the database before accepting, so a
+client that connects while the server starts is closed and connects again, instead of
+waiting until its session expires (ZOOKEEPER-5051).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -24,6 +30,8 @@ ZOOKEEPER_JAR = JAVA_DIR / "zookeeper.jar"
 CLASSPATH_JARS = ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar", "slf4j-simple.jar")
 CLASSPATH_ENV = "KPLANE_ZOOKEEPER_CLASSPATH"
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+FACTORY_SOURCE = Path(__file__).with_name("LoadedFirstCnxnFactory.java")
+FACTORY_CLASS = "kplane.tools.LoadedFirstCnxnFactory"
 JVM_OPTIONS = (
     "-Xmx256m",
     "-XX:+UseSerialGC",
@@ -39,6 +47,32 @@ def classpath() -> str:
     if override:
         return override
     return os.pathsep.join(str(JAVA_DIR / j) for j in CLASSPATH_JARS if (JAVA_DIR / j).exists())
+
+
+def factory_classes(server_classpath: str) -> Path:
+    """The directory holding ``LoadedFirstCnxnFactory`` compiled against ``server_classpath``.
+
+    Compiled with the JDK compiler module that Debian's headless JRE carries, once per source
+    and classpath; concurrent callers each compile and the first rename wins.
+    """
+    digest = hashlib.sha256(FACTORY_SOURCE.read_bytes() + server_classpath.encode()).hexdigest()
+    built = Path(tempfile.gettempdir()) / f"kplane-zookeeper-factory-{digest[:16]}"
+    if built.is_dir():
+        return built
+    work = Path(tempfile.mkdtemp(prefix=built.name + "-"))
+    javac = ["java", "-XX:+UseSerialGC", "-m", "jdk.compiler/com.sun.tools.javac.Main"]
+    options = ["-implicit:none", "-cp", server_classpath, "-d", str(work)]
+    result = subprocess.run(
+        [*javac, *options, str(FACTORY_SOURCE)], capture_output=True, text=True, timeout=300
+    )
+    if result.returncode != 0:
+        shutil.rmtree(work, ignore_errors=True)
+        raise RuntimeError(f"{FACTORY_SOURCE.name} did not compile:\n{result.stderr[-3000:]}")
+    try:
+        work.rename(built)
+    except OSError:  # another process built it first
+        shutil.rmtree(work, ignore_errors=True)
+    return built
 
 
 def unavailable_reason() -> str | None:
@@ -131,9 +165,18 @@ class ZooKeeperServer:
         reason = unavailable_reason()
         if reason:
             raise RuntimeError(reason)
+        server_classpath = classpath()
+        server_command = [
+            "java",
+            *JVM_OPTIONS,
+            f"-Dzookeeper.serverCnxnFactory={FACTORY_CLASS}",
+            "-cp",
+            os.pathsep.join([server_classpath, str(factory_classes(server_classpath))]),
+            MAIN_CLASS,
+        ]
         for attempt in range(3):
             config = self._write_config()
-            args = ["java", *JVM_OPTIONS, "-cp", classpath(), MAIN_CLASS, str(config)]
+            args = [*server_command, str(config)]
             with open(self.log_path, "ab") as out:
                 self.process = subprocess.Popen(
                     args, stdout=out, stderr=subprocess.STDOUT, cwd=self.directory
