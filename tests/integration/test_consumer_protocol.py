@@ -11,6 +11,7 @@ import asyncio
 import datetime
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -111,6 +112,20 @@ def consumer_config(broker: RunningBroker, group: str, name: str, **extra: Any) 
     }
 
 
+def commit(consumer: Consumer, attempts: int = 50) -> None:
+    """Commit the consumer's positions, as an application does: again after
+    STALE_MEMBER_EPOCH, which a heartbeat that moved the member's epoch while the commit was
+    on its way brings (librdkafka hands it to the caller and heartbeats at once)."""
+    for attempt in range(attempts):
+        try:
+            consumer.commit(asynchronous=False)
+            return
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.STALE_MEMBER_EPOCH or attempt == attempts - 1:
+                raise
+            time.sleep(0.02)
+
+
 class Member:
     """A consumer-protocol member polled in its own thread. It records every record it
     reads as (topic, partition, offset), commits after each batch and, on revocation, before
@@ -133,7 +148,7 @@ class Member:
 
             def on_revoke(c: Consumer, partitions: list[CkTopicPartition]) -> None:
                 try:
-                    c.commit(asynchronous=False)
+                    commit(c)
                 except KafkaException as exc:
                     if exc.args[0].code() != KafkaError._NO_OFFSET:  # nothing read yet
                         raise
@@ -145,7 +160,7 @@ class Member:
                     assert msg.error() is None, msg.error()
                     self.seen.append((msg.topic(), msg.partition(), msg.offset()))
                 if batch:
-                    consumer.commit(asynchronous=False)
+                    commit(consumer)
                 now = frozenset((tp.topic, tp.partition) for tp in consumer.assignment())
                 if now != self.assignment:
                     self.history.append(now)
