@@ -5,6 +5,11 @@ Each connection is a ``KafkaConnection``, an asyncio BufferedProtocol adapting t
 the socket is read where it says (the Processor's read buffer, or a large frame's own
 bytes), each request it yields goes on the RequestChannel, the responses handlers hand
 back are written, and reading pauses when it asks.
+
+A request the Processor handles itself (Produce) is answered within the pass that read
+it, and the connection's next request is taken in the same pass: a pipelining client's
+requests are handled back to back, up to ``RESPONSES_PER_PASS``, and their responses
+written together when the pass ends, one write a connection.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import cast
+from typing import TypeVar, cast
 
 import structlog
 import uvloop
@@ -43,6 +48,7 @@ CLOSE_GRACE_S = 0.01
 """How long a stopping Processor's loop runs on after closing its connections (their last
 writes and closes go out)."""
 
+T = TypeVar("T")
 RequestObserver = Callable[[Request, int], None]
 IdleObserver = Callable[[int, int], None]
 
@@ -52,6 +58,9 @@ channel until its send completes); it takes requests again below ``WRITE_BUFFER_
 WRITE_BUFFER_LOW = 1 << 18
 READ_BUFFER_SIZE = 256 << 10
 """A Processor's read buffer, shared by its connections (as uvloop's own read buffer is)."""
+RESPONSES_PER_PASS = 16
+"""Responses to requests handled on the Processor's own thread that one pass sends before
+it yields to the loop's other work; the rest go in passes of their own."""
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -87,6 +96,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.writer: RegionWriter | None = None  # sending a response with file regions
         self.paced: tuple[Iterator[bytes | memoryview], Response] | None = None
         self.throttled = False  # muted for a client quota's throttle time (KIP-219)
+        self.unwritten: list[bytes | memoryview] = []
+        """Responses sent during the Processor's pass, written when it ends."""
         self.close_callbacks: list[Callable[[], object]] | None = None
         """Run once when the connection is forgotten (``Processor.on_connection_close``)."""
 
@@ -115,13 +126,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.processor.yield_to_control()
-        started = time.monotonic_ns()
+        self.processor.run_pass(self._read, nbytes)
+
+    def _read(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
         if self.session is not None:
             self.connection.authenticated = self.session.authenticated
         self.connection.buffer_updated(self.processor.read_buffer, nbytes)
         self._received()
-        self.processor.busy_ns += time.monotonic_ns() - started
 
     def _received(self) -> None:
         """Act on what came in; when the memory pool refused the frame's bytes, wait for
@@ -238,7 +250,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             priority.pause_watch(self.watched_fd, self._reading_paused)
 
     def send(self, response: Response) -> None:
-        """Write a response for the in-flight request, then unmute."""
+        """Write a response for the in-flight request (at the end of the pass, unless it
+        holds file regions or is paced), then unmute."""
         if response.request is not self.in_flight:
             return
         request = response.request
@@ -247,6 +260,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if pieces and self.transport is not None and not self.closing:
             request.response_bytes = sum(map(len, pieces))
             regions = has_regions(pieces)
+            paced = self.processor.tls is not None and request.response_bytes > WRITE_BUFFER_HIGH
+            if regions or paced:
+                self.flush()  # what the pass holds goes first
             if regions and self._can_sendfile():
                 self.writer = RegionWriter(
                     self.processor.loop,
@@ -256,7 +272,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 )
                 self.writer.start()
                 return
-            if self.processor.tls is not None and request.response_bytes > WRITE_BUFFER_HIGH:
+            if paced:
                 self.paced = (iter_bytes(pieces), response)
                 self._write_paced()
                 return
@@ -265,8 +281,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
             except OSError as exc:
                 self._written(response, exc)
                 return
-            self.transport.writelines(data)
+            if not self.unwritten:
+                self.processor.unwritten.append(self)
+            self.unwritten += data
         self._sent(response)
+
+    def flush(self) -> None:
+        """Write the responses the pass held back (dropped when the socket is gone)."""
+        if self.unwritten:
+            if self.transport is not None:
+                self.transport.writelines(self.unwritten)
+            self.unwritten = []
 
     def _write_paced(self) -> None:
         """Hand a large TLS response to the transport a piece at a time, while it is below
@@ -379,6 +404,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         ``abort``: dropped, as for a client that stopped reading); the frames not handed
         to a handler give their memory back."""
         self.closing = True
+        if abort:
+            self.unwritten = []
+        else:
+            self.flush()
         self._drop_response()
         self.processor.release(self.connection.drop_unread())
         if self.transport is None:
@@ -454,6 +483,11 @@ class Processor:
         self.busy_ns = 0
         self.idle_connections_killed = 0
         self.response_queue_size = 0  # responses handed over, not yet written (thread-safe)
+        self._in_pass = False
+        self._ready: collections.deque[Response] = collections.deque()
+        """Responses to requests this thread handled during the pass, still to send."""
+        self.unwritten: list[KafkaConnection] = []
+        """Connections with responses held back until the pass ends."""
         self.draining = False
         self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
         self.read_buffer = memoryview(bytearray(READ_BUFFER_SIZE))
@@ -634,11 +668,14 @@ class Processor:
 
     def enqueue_response(self, response: Response) -> None:
         """Hand a response to this Processor (thread-safe; from its own thread, for a
-        request it handled itself, without waking the loop)."""
+        request it handled itself: sent within the pass, or in the loop's next one)."""
         with self._count_lock:
             self.response_queue_size += 1
         if threading.get_ident() == self._thread.ident:
-            self.loop.call_soon(self._send_response, response)
+            if self._in_pass:
+                self._ready.append(response)
+            else:
+                self.loop.call_soon(self._send_response, response)
             return
         # A closed loop means the connection is gone with its Processor.
         with contextlib.suppress(RuntimeError):
@@ -649,18 +686,45 @@ class Processor:
         if self.memory_pool is not None:
             self.memory_pool.release(size)
 
+    def run_pass(self, action: Callable[[T], None], arg: T) -> None:
+        """Run ``action(arg)`` as one pass of this loop: send the responses to the requests
+        it handled on this thread, and to those their sending took on (a pipelining
+        client's next ones), up to ``RESPONSES_PER_PASS``; then write each connection's at
+        once. A pass within a pass is part of it."""
+        if self._in_pass:
+            action(arg)
+            return
+        self._in_pass = True
+        started = time.monotonic_ns()
+        try:
+            action(arg)
+            ready = self._ready
+            for _ in range(RESPONSES_PER_PASS):
+                if not ready:
+                    break
+                self._send(ready.popleft())
+        finally:
+            self._in_pass = False
+            unwritten, self.unwritten = self.unwritten, []
+            for conn in unwritten:
+                conn.flush()
+            while self._ready:
+                self.loop.call_soon(self._send_response, self._ready.popleft())
+            self.busy_ns += time.monotonic_ns() - started
+
     def _send_response(self, response: Response) -> None:
+        self.run_pass(self._send, response)
+
+    def _send(self, response: Response) -> None:
         with self._count_lock:
             self.response_queue_size -= 1
         self.release(len(response.request.frame))
         self.yield_to_control()
-        started = time.monotonic_ns()
         conn = self.connections.get(response.request.connection_id)
         if conn is not None:
             conn.send(response)
         if self.control_priority is not None:
             self.control_priority.end()
-        self.busy_ns += time.monotonic_ns() - started
 
     def yield_to_control(self) -> None:
         """A data-plane Processor pauses while a control-plane request is in flight."""
