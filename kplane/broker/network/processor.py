@@ -251,7 +251,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def send(self, response: Response) -> None:
         """Write a response for the in-flight request (at the end of the pass, unless it
-        holds file regions or is paced), then unmute."""
+        holds file regions, is paced or waits behind unsent bytes), then unmute."""
         if response.request is not self.in_flight:
             return
         request = response.request
@@ -281,9 +281,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
             except OSError as exc:
                 self._written(response, exc)
                 return
-            if not self.unwritten:
-                self.processor.unwritten.append(self)
-            self.unwritten += data
+            if not self.unwritten and self.transport.get_write_buffer_size():
+                # behind unsent bytes the transport only queues it, and says at once
+                # (pause_writing) when the bound is passed, before the next request
+                self.transport.writelines(data)
+            else:
+                if not self.unwritten:
+                    self.processor.unwritten.append(self)
+                self.unwritten += data
         self._sent(response)
 
     def flush(self) -> None:
